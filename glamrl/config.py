@@ -1,0 +1,171 @@
+"""Typed configuration: dataclasses, YAML files and dotted command-line overrides.
+
+Every option of a run lives in one `TrainConfig` made of small sections. A YAML file
+gives some of them, `section.field=value` overrides on the command line give others,
+and anything unknown, mistyped or impossible stops the run before any work with one
+message that names the field and says what to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from glamrl.envs.actions import ACTION_NAMES
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, of the wrong type or impossible."""
+
+
+# ----------------------------------------------------------------------------- env
+@dataclass
+class EnvConfig:
+    id: str = "BabyAI-MixedTrainLocal-v0"
+    """gymnasium id of a BabyAI-Text level (any registered `BabyAI-*` id works)."""
+    num_envs: int = 4
+    """parallel environments (per process)."""
+    seed: int = 1
+    """seed of the run: envs get seed, seed+1, ...; torch and numpy get it too."""
+    task: str | None = None
+    """restrict a Mixed level to one task kind (go_to, pick_up, open, put_next, ...)."""
+    language: str = "en"
+    """language of the observations and missions: en or fr."""
+    max_steps: int | None = None
+    """episode length limit; None keeps the level's own."""
+
+    def __post_init__(self) -> None:
+        _check(self.num_envs >= 1, "env.num_envs must be >= 1")
+        _check(self.language in ("en", "fr"), f"env.language must be 'en' or 'fr', got {self.language!r}")
+        _check(self.max_steps is None or self.max_steps >= 1, "env.max_steps must be >= 1 or null")
+
+
+# -------------------------------------------------------------------------- prompt
+@dataclass
+class PromptConfig:
+    nbr_obs: int = 3
+    """observations kept in the prompt (the current one and nbr_obs - 1 past ones)."""
+    actions: list[str] = field(default_factory=lambda: list(ACTION_NAMES))
+    """names of the 6 actions as the model reads them (synonyms and translations allowed)."""
+
+    def __post_init__(self) -> None:
+        _check(self.nbr_obs >= 1, "prompt.nbr_obs must be >= 1")
+        _check(len(self.actions) == len(ACTION_NAMES),
+               f"prompt.actions must name the {len(ACTION_NAMES)} actions in order {list(ACTION_NAMES)}")
+        _check(len(set(self.actions)) == len(self.actions), "prompt.actions must be distinct")
+
+
+# --------------------------------------------------------------------------- model
+@dataclass
+class ModelConfig:
+    name: str = "smollm2-135m"
+    """embedded default (smollm2-135m), tiny-llama / tiny-t5 (random, for tests),
+    a local Hugging Face directory, a .gguf file, or a hub id (needs network)."""
+    dtype: str = "float32"
+    """float32 or bfloat16."""
+    device: str = "auto"
+    """cpu, cuda, cuda:N or auto (cuda when available)."""
+    pretrained: bool = True
+    """False: same architecture with random weights (the NPAE baseline)."""
+    load_embedding: bool = False
+    """with pretrained=False, copy the pretrained input embeddings."""
+    use_action_heads: bool = False
+    """True: an MLP head over the actions instead of scoring their text (NPAE)."""
+    normalize_by_length: bool = False
+    """divide each action's log-likelihood by its token count (as TWOSOME does)."""
+    lora: bool = False
+    """train LoRA adapters (and the heads) instead of all weights."""
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] | None = None
+    """None: the family's attention and MLP projections."""
+
+    def __post_init__(self) -> None:
+        _check(self.dtype in ("float32", "bfloat16"), f"model.dtype must be float32 or bfloat16, got {self.dtype!r}")
+        _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
+               f"model.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
+        _check(self.lora_r >= 1, "model.lora_r must be >= 1")
+        _check(not (self.load_embedding and self.pretrained),
+               "model.load_embedding only applies with model.pretrained=false")
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+# ----------------------------------------------------------------- loading / overrides
+def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
+    """Build dataclass `cls` from `data`, checking every key and type."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else key
+        if key not in names:
+            raise ConfigError(f"unknown config key {path!r}; known keys: {', '.join(sorted(names))}")
+        kwargs[key] = _coerce(hints[key], value, path)
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, path: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value, path)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(inner, value, path)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path} must be a list, got {value!r}")
+        return [_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint is float and isinstance(value, str):
+        try:  # YAML reads 1e-6 as a string
+            return float(value)
+        except ValueError:
+            pass
+    if hint in (int, float, str, bool) and (type(value) is not hint):
+        raise ConfigError(f"{path} must be {hint.__name__}, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `a.b=value` strings (values parsed as YAML) to a nested dict."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} must look like section.field=value")
+        node = data
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is not a section")
+        node[leaf] = yaml.safe_load(raw)
+    return data
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections")
+    return data

@@ -1,0 +1,12 @@
+"""The six BabyAI-Text actions (minigrid indices 0..5) and their names in the prompt."""
+
+ACTION_NAMES: tuple[str, ...] = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle")
+"""English names, the default in prompts (minigrid's `done` action is not exposed)."""
+
+SYNONYM_ACTION_NAMES: tuple[str, ...] = ("rotate left", "rotate right", "move ahead", "take", "release", "switch")
+"""Synonyms for the generalisation test (same order)."""
+
+FRENCH_ACTION_NAMES: tuple[str, ...] = (
+    "tourner à gauche", "tourner à droite", "aller tout droit", "prendre", "lâcher", "basculer",
+)
+"""French names (same order)."""
