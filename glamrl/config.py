@@ -169,3 +169,82 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of sections")
     return data
+
+
+# ----------------------------------------------------------------------------- ppo
+@dataclass
+class PPOConfig:
+    total_frames: int = 1_500_000
+    """environment steps of the whole run, all envs (and processes) together."""
+    num_steps: int = 40
+    """frames collected per env per update (GLAM's frames_per_proc)."""
+    lr: float = 1e-6
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-5
+    epochs: int = 4
+    """passes over each rollout."""
+    minibatch_size: int = 64
+    """transitions per optimizer step."""
+    grad_accum: int = 1
+    """split each minibatch into this many forward/backward chunks (memory, not maths)."""
+    clip_eps: float = 0.2
+    """clip range of the policy ratio and of the value change."""
+    gamma: float = 0.99
+    gae_lambda: float = 0.99
+    entropy_coef: float = 0.01
+    value_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    reward_scale: float = 20.0
+    """GLAM trains on 20 x the env reward."""
+    norm_adv: bool = False
+    """normalise advantages per minibatch (GLAM does not)."""
+
+    def __post_init__(self) -> None:
+        for name in ("total_frames", "num_steps", "epochs", "minibatch_size", "grad_accum"):
+            _check(getattr(self, name) >= 1, f"ppo.{name} must be >= 1")
+        _check(self.lr > 0, "ppo.lr must be > 0")
+        _check(self.minibatch_size % self.grad_accum == 0,
+               f"ppo.minibatch_size ({self.minibatch_size}) must be a multiple of ppo.grad_accum ({self.grad_accum})")
+        _check(0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1, "ppo.gamma and ppo.gae_lambda must be in [0, 1]")
+        _check(self.clip_eps > 0, "ppo.clip_eps must be > 0")
+
+
+# ----------------------------------------------------------------------------- run
+@dataclass
+class RunConfig:
+    eval_episodes: int = 0
+    """episodes evaluated before and after training (0: skip)."""
+    eval_greedy: bool = False
+    """evaluate the argmax action instead of sampling."""
+    checkpoint_every: int = 1
+    """save a checkpoint every this many updates (and at the end)."""
+    tensorboard: bool = True
+
+
+@dataclass
+class TrainConfig:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        batch = self.env.num_envs * self.ppo.num_steps
+        _check(self.ppo.minibatch_size <= batch,
+               f"ppo.minibatch_size ({self.ppo.minibatch_size}) is larger than the rollout batch "
+               f"env.num_envs x ppo.num_steps = {batch}; lower it or collect more frames per update")
+
+    @property
+    def batch_size(self) -> int:
+        return self.env.num_envs * self.ppo.num_steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_train_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
+    """A `TrainConfig` from an optional YAML file plus dotted overrides."""
+    data = load_yaml(path) if path is not None else {}
+    return from_dict(TrainConfig, apply_overrides(data, list(overrides)))

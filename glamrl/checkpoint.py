@@ -1,0 +1,125 @@
+"""Atomic checkpoints with a backup, and the RNG states that make a resume exact.
+
+Layout: `RUN_DIR/checkpoints/last.pt` is the latest checkpoint, `backup.pt` the one
+before it. A save never leaves a moment without a complete checkpoint on disk, so a
+kill -9 at any instant is survivable; a load falls back to the backup when the latest
+file is truncated or corrupt.
+
+Checkpoints are read with `torch.load(weights_only=True)`: a state may hold tensors,
+state dicts and plain Python values (dict, list, tuple, int, float, str, bool, None),
+not arbitrary objects. `rng_state()` returns its RNG states in that form.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import shutil
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+LAST, BACKUP = "last.pt", "backup.pt"
+# What a truncated, overwritten or unreadable file raises from torch.load.
+_UNREADABLE = (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile)
+
+
+class CheckpointError(RuntimeError):
+    """No readable checkpoint although checkpoint files exist."""
+
+
+def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any]) -> Path:
+    """Write `state` to `checkpoints/last.pt` atomically; the previous one becomes `backup.pt`.
+
+    Order: write and fsync a temp file; hard-link (or copy) last.pt to a second temp file
+    and rename it over backup.pt; rename the first temp file over last.pt; fsync the
+    directory. Each rename is atomic, so last.pt is always a complete checkpoint.
+    """
+    directory = checkpoint_dir(run_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    new, old, last = directory / ".last.tmp", directory / ".backup.tmp", directory / LAST
+    try:
+        with open(new, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        if last.exists():
+            old.unlink(missing_ok=True)
+            try:
+                os.link(last, old)
+            except OSError:  # filesystem without hard links
+                shutil.copyfile(last, old)
+            os.replace(old, directory / BACKUP)
+        os.replace(new, last)
+    finally:  # also removes what a killed save left behind
+        new.unlink(missing_ok=True)
+        old.unlink(missing_ok=True)
+    _fsync_dir(directory)
+    return last
+
+
+def load_checkpoint(run_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """Load the latest readable checkpoint: last.pt, else backup.pt (with a warning).
+
+    Returns None when the run has no checkpoint; raises `CheckpointError` when files
+    exist but none of them can be read.
+    """
+    paths = [checkpoint_dir(run_dir) / name for name in (LAST, BACKUP)]
+    existing = [p for p in paths if p.exists()]
+    if not existing:
+        return None
+    failures = []
+    for path in existing:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except _UNREADABLE as e:
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            warnings.warn(f"unreadable checkpoint {path}: {reason}", stacklevel=2)
+            failures.append(f"{path} ({reason})")
+            continue
+        if path.name != LAST:
+            warnings.warn(f"resuming from the backup checkpoint {path}", stacklevel=2)
+        return state
+    raise CheckpointError("no readable checkpoint: " + "; ".join(failures))
+
+
+def rng_state() -> dict[str, Any]:
+    """Python `random`, numpy global, torch CPU (and CUDA) RNG states, in checkpointable form."""
+    np_state = np.random.get_state(legacy=False)
+    state = {
+        "python": random.getstate(),
+        "numpy": {**np_state, "state": {"key": np_state["state"]["key"].tolist(),
+                                        "pos": int(np_state["state"]["pos"])}},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore the RNG states captured by `rng_state()`."""
+    random.setstate(state["python"])
+    np_state = state["numpy"]
+    np.random.set_state({**np_state, "state": {"key": np.array(np_state["state"]["key"], dtype=np.uint32),
+                                               "pos": np_state["state"]["pos"]}})
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

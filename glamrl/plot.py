@@ -1,0 +1,84 @@
+"""Learning curves of one or more runs as a PNG.
+
+Runs whose `config.yaml` are equal once `env.seed` is removed are seeds of one
+experiment: they are drawn as their mean over seeds with a min–max band, on a frame grid
+they all cover (interpolated, cut to the shortest run). Other runs get one line each.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import yaml  # noqa: E402
+
+from glamrl.runlog import read_log  # noqa: E402
+
+GRID_POINTS = 200
+
+
+def config_key(run_dir: Path) -> str:
+    """The run's config without `env.seed`, as canonical YAML; a run without config.yaml is its own key."""
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return f"<no config: {run_dir.resolve()}>"
+    config = yaml.safe_load(path.read_text()) or {}
+    if isinstance(config.get("env"), dict):
+        config["env"].pop("seed", None)
+    return yaml.safe_dump(config, sort_keys=True)
+
+
+def group_runs(run_dirs: Sequence[str | os.PathLike]) -> list[list[Path]]:
+    """Runs grouped by `config_key`, groups and runs in the order given."""
+    groups: dict[str, list[Path]] = {}
+    for run_dir in map(Path, run_dirs):
+        groups.setdefault(config_key(run_dir), []).append(run_dir)
+    return list(groups.values())
+
+
+def _curve(rows: list[dict[str, float]], x: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    xs = np.array([r.get(x, np.nan) for r in rows])
+    ys = np.array([r.get(metric, np.nan) for r in rows])
+    keep = ~(np.isnan(xs) | np.isnan(ys))
+    return xs[keep], ys[keep]
+
+
+def _plot_group(ax: plt.Axes, curves: list[tuple[np.ndarray, np.ndarray]], label: str) -> None:
+    curves = [c for c in curves if len(c[0])]
+    if len(curves) == 1:
+        ax.plot(*curves[0], label=label)
+    elif curves:
+        grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), GRID_POINTS)
+        ys = np.stack([np.interp(grid, cx, cy) for cx, cy in curves])  # (runs, GRID_POINTS)
+        (line,) = ax.plot(grid, ys.mean(0), label=f"{label} (mean of {len(curves)})")
+        ax.fill_between(grid, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.2)
+
+
+def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: str = "frames",
+              metrics: Sequence[str] = ("success_rate", "return_mean")) -> Path:
+    """Plot `metrics` against `x` for the runs, one subplot per metric; return the PNG path.
+
+    Raises `LogNotFoundError` naming the run when a run directory has no log.csv.
+    """
+    groups = group_runs(run_dirs)
+    logs = {run: read_log(run) for group in groups for run in group}
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for group in groups:
+            label = ", ".join(run.name for run in group)
+            _plot_group(ax, [_curve(logs[run], x, metric) for run in group], label)
+        ax.set(xlabel=x, ylabel=metric, title=metric)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize="small")
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

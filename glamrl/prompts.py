@@ -1,0 +1,68 @@
+"""The prompt the language model reads: GLAM's exact layout, in English or French.
+
+    Possible action of the agent: turn left, turn right, go forward, pick up, drop, toggle \\n
+     Goal of the agent: go to the green ball \\n
+     Observation 0: You see a wall 2 steps left, \\n Action 0: go forward \\n
+     Observation 1: You see a green ball 1 step forward, \\n Action 1: 
+
+(one line in reality: every `\\n` is a newline character inside a single string). The
+prompt keeps the last `nbr_obs` observations and the actions taken after all but the
+last one, numbered from 0, and always ends with "Action {i}: " (trailing space) so the
+model scores an action's text as its continuation.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+HEADERS = {
+    "en": ("Possible action of the agent:", "Goal of the agent:"),
+    "fr": ("Actions possibles pour l'agent:", "But de l'agent:"),
+}
+
+
+def build_prompt(
+    actions: Sequence[str],
+    mission: str,
+    observations: Sequence[Sequence[str]],
+    past_actions: Sequence[str],
+    language: str = "en",
+) -> str:
+    """GLAM's prompt from the action names, the mission and the kept history.
+
+    `observations[i]` is the list of description sentences of observation i (oldest
+    first); `past_actions[i]` is the action taken after it, so there is one fewer
+    action than observations in the prompt of a decision.
+    """
+    actions_header, goal_header = HEADERS[language]
+    prompt = actions_header + ",".join(f" {a}" for a in actions)
+    prompt += f" \n {goal_header} {mission}"
+    for i, sentences in enumerate(observations):
+        prompt += f" \n Observation {i}: " + "".join(f"{s}, " for s in sentences)
+        prompt += f"\n Action {i}: "
+        if i < len(past_actions):
+            prompt += past_actions[i]
+    return prompt
+
+
+class PromptHistory:
+    """The last `nbr_obs` observations and the actions between them, for one environment."""
+
+    def __init__(self, nbr_obs: int) -> None:
+        self.observations: deque[Sequence[str]] = deque(maxlen=nbr_obs)
+        self.actions: deque[str] = deque(maxlen=max(nbr_obs - 1, 0))
+
+    def add_observation(self, sentences: Sequence[str]) -> None:
+        self.observations.append(tuple(sentences))
+
+    def add_action(self, action_name: str) -> None:
+        if self.actions.maxlen:
+            self.actions.append(action_name)
+
+    def clear(self) -> None:
+        self.observations.clear()
+        self.actions.clear()
+
+    def prompt(self, actions: Sequence[str], mission: str, language: str = "en") -> str:
+        return build_prompt(actions, mission, self.observations, self.actions, language)

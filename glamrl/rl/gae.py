@@ -1,0 +1,35 @@
+"""Generalised advantage estimation with terminations and truncations told apart."""
+
+from __future__ import annotations
+
+import torch
+
+
+def compute_gae(
+    rewards: torch.Tensor,       # (T, N) rewards of each step
+    values: torch.Tensor,        # (T, N) V(s_t)
+    terminated: torch.Tensor,    # (T, N) bool: the episode ended at step t for good
+    truncated: torch.Tensor,     # (T, N) bool: the episode was cut at step t (time limit)
+    final_values: torch.Tensor,  # (T, N) V(final observation) where truncated, anything elsewhere
+    next_value: torch.Tensor,    # (N,) V(s_T), the state after the last collected step
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages and returns, each (T, N).
+
+    After a termination the future is worth 0; after a truncation it is worth
+    V(final observation) (bootstrapped); otherwise it is V(s_{t+1}). No advantage
+    flows across an episode boundary of either kind.
+    """
+    T = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    last_gae = torch.zeros_like(next_value)
+    for t in reversed(range(T)):
+        following = next_value if t == T - 1 else values[t + 1]                  # (N,)
+        future = torch.where(truncated[t], final_values[t], following)
+        future = torch.where(terminated[t], torch.zeros_like(future), future)
+        delta = rewards[t] + gamma * future - values[t]
+        continues = (~(terminated[t] | truncated[t])).to(rewards.dtype)
+        last_gae = delta + gamma * gae_lambda * continues * last_gae
+        advantages[t] = last_gae
+    return advantages, advantages + values

@@ -1,0 +1,151 @@
+"""Run logs: `RUN_DIR/log.csv` with GLAM's columns, TensorBoard scalars in `RUN_DIR/tb/`.
+
+One CSV row per PPO update, flushed and fsynced as it is written. On resume the CSV is
+cut back to the checkpointed update, so a crash between a log row and the checkpoint
+that follows it never leaves duplicate rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+CSV_COLUMNS = (
+    "update", "episodes", "frames", "FPS", "duration",
+    "return_mean", "return_std", "return_min", "return_max", "success_rate",
+    "num_frames_mean", "num_frames_std", "num_frames_min", "num_frames_max",
+    "entropy", "policy_loss", "value_loss", "loss", "grad_norm",
+    "approx_kl", "clipfrac", "explained_variance",
+)
+LOSS_COLUMNS = {"entropy", "policy_loss", "value_loss", "loss", "grad_norm",
+                "approx_kl", "clipfrac", "explained_variance"}
+# CleanRL's names where they differ from the CSV column.
+TB_RENAMES = {"return_mean": "charts/episodic_return", "num_frames_mean": "charts/episodic_length"}
+
+
+class LogNotFoundError(FileNotFoundError):
+    """A run directory has no log.csv."""
+
+
+def tb_tag(key: str) -> str:
+    """TensorBoard tag of a metric: `losses/*` for the update, `charts/*` for the rest."""
+    if "/" in key:
+        return key
+    if key in TB_RENAMES:
+        return TB_RENAMES[key]
+    return f"losses/{key}" if key in LOSS_COLUMNS else f"charts/{key}"
+
+
+def _write_atomic(path: Path, rows: list[list[str]]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _truncate(path: Path, after_update: int) -> list[dict[str, str]]:
+    """Keep the header and the rows with update <= after_update; return the kept rows."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    header, body = (rows[0], rows[1:]) if rows else (list(CSV_COLUMNS), [])
+    kept = [r for r in body if len(r) == len(header) and float(r[header.index("update")]) <= after_update]
+    _write_atomic(path, [header, *kept])
+    return [dict(zip(header, r)) for r in kept]
+
+
+class RunLogger:
+    """Append one row per update to log.csv and write the same metrics to TensorBoard.
+
+    `resume_after_update`: the update of the checkpoint being resumed; rows after it are
+    dropped. None starts a fresh log, replacing any existing one. `log()` needs `update`
+    and `frames` (the TensorBoard global step); keys outside `CSV_COLUMNS` go only to
+    TensorBoard.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, resume_after_update: int | None = None,
+                 tensorboard: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / "log.csv"
+        kept = []
+        if resume_after_update is not None and self.path.exists():
+            kept = _truncate(self.path, resume_after_update)
+        else:
+            _write_atomic(self.path, [list(CSV_COLUMNS)])
+        with open(self.path, newline="") as f:
+            self._columns = next(csv.reader(f))  # a resumed log keeps its own header
+        self._file = open(self.path, "a", newline="")
+        self._csv = csv.DictWriter(self._file, fieldnames=self._columns, extrasaction="ignore")
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # Hide TensorBoard points logged after the checkpoint by the run being resumed.
+            purge_step = int(float(kept[-1]["frames"])) + 1 if kept and kept[-1].get("frames") else None
+            self._tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=purge_step)
+
+    def log(self, metrics: dict[str, Any]) -> None:
+        """Write one update's metrics (None or NaN values are left empty / not plotted)."""
+        for key in ("update", "frames"):
+            if key not in metrics:
+                raise KeyError(f"RunLogger.log needs {key!r} in the metrics, got {sorted(metrics)}")
+        self._csv.writerow({k: "" if _missing(v) else v for k, v in metrics.items()})
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        if self._tb is not None:
+            step = int(metrics["frames"])
+            for key, value in metrics.items():
+                if key != "frames" and not _missing(value) and isinstance(value, (int, float, np.number)):
+                    self._tb.add_scalar(tb_tag(key), float(value), step)
+            self._tb.flush()
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+    def __enter__(self) -> RunLogger:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, (float, np.floating)) and math.isnan(value))
+
+
+def read_log(run_dir: str | os.PathLike) -> list[dict[str, float]]:
+    """Rows of RUN_DIR/log.csv as floats; empty cells become NaN."""
+    path = Path(run_dir) / "log.csv"
+    if not path.exists():
+        raise LogNotFoundError(f"no log.csv in {run_dir}: is it a glamrl run directory, and has it logged an update?")
+    with open(path, newline="") as f:
+        return [{k: float(v) if v != "" else math.nan for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def episode_stats(returns: list[float], lengths: list[int], successes: list[bool]) -> dict[str, float]:
+    """`episodes`, `success_rate`, `return_*` and `num_frames_*` over the finished episodes.
+
+    With no finished episode only `episodes=0` is returned: the other columns stay empty
+    in the CSV and absent from TensorBoard, never NaN.
+    """
+    if not (len(returns) == len(lengths) == len(successes)):
+        raise ValueError(f"episode_stats needs lists of equal length, got {len(returns)}, {len(lengths)}, {len(successes)}")
+    stats: dict[str, float] = {"episodes": len(returns)}
+    if not returns:
+        return stats
+    stats["success_rate"] = float(np.mean(successes))
+    for name, values in (("return", np.asarray(returns, float)), ("num_frames", np.asarray(lengths, float))):
+        stats.update({f"{name}_mean": float(values.mean()), f"{name}_std": float(values.std()),
+                      f"{name}_min": float(values.min()), f"{name}_max": float(values.max())})
+    return stats

@@ -1,0 +1,96 @@
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from glamrl.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+
+
+def _trained_state(seed: int = 0) -> dict:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(torch.randn(5, 4)).pow(2).sum().backward()
+        optimizer.step()
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "update": 3,
+            "frames": 1536, "lr": 1e-2, "history": [0.1, 0.2], "rng": rng_state()}
+
+
+def _assert_equal(a, b) -> None:
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _assert_equal(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_equal(x, y)
+    else:
+        assert a == b
+
+
+def test_round_trip_is_bitwise_equal(tmp_path):
+    state = _trained_state()
+    path = save_checkpoint(tmp_path, state)
+    assert path == tmp_path / "checkpoints" / "last.pt"
+    _assert_equal(state, load_checkpoint(tmp_path))
+
+
+def test_no_checkpoint_returns_none(tmp_path):
+    assert load_checkpoint(tmp_path) is None
+
+
+def test_rotation_keeps_previous_as_backup(tmp_path):
+    save_checkpoint(tmp_path, {"update": 1})
+    assert not (tmp_path / "checkpoints" / "backup.pt").exists()
+    save_checkpoint(tmp_path, {"update": 2})
+    save_checkpoint(tmp_path, {"update": 3})
+    assert load_checkpoint(tmp_path)["update"] == 3
+    backup = torch.load(tmp_path / "checkpoints" / "backup.pt", weights_only=True)
+    assert backup["update"] == 2
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["backup.pt", "last.pt"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_corrupt_last_falls_back_to_backup(tmp_path, damage):
+    save_checkpoint(tmp_path, _trained_state(1))
+    save_checkpoint(tmp_path, {"update": 2, "w": torch.randn(100)})
+    last = tmp_path / "checkpoints" / "last.pt"
+    data = last.read_bytes()
+    last.write_bytes({"truncate": data[: len(data) // 2], "garbage": b"\x80not a checkpoint" * 50, "empty": b""}[damage])
+    with pytest.warns(UserWarning, match="last.pt"):
+        state = load_checkpoint(tmp_path)
+    assert state["update"] == 3  # the backup, from _trained_state
+
+
+def test_missing_last_falls_back_to_backup(tmp_path):
+    save_checkpoint(tmp_path, {"update": 1})
+    save_checkpoint(tmp_path, {"update": 2})
+    (tmp_path / "checkpoints" / "last.pt").unlink()
+    with pytest.warns(UserWarning, match="backup"):
+        assert load_checkpoint(tmp_path)["update"] == 1
+
+
+def test_both_corrupt_raises(tmp_path):
+    save_checkpoint(tmp_path, {"update": 1})
+    save_checkpoint(tmp_path, {"update": 2})
+    for name in ("last.pt", "backup.pt"):
+        (tmp_path / "checkpoints" / name).write_bytes(b"garbage")
+    with pytest.warns(UserWarning), pytest.raises(CheckpointError, match="last.pt.*backup.pt"):
+        load_checkpoint(tmp_path)
+
+
+def test_rng_state_round_trip_through_checkpoint(tmp_path):
+    random.seed(3), np.random.seed(3), torch.manual_seed(3)
+    np.random.randn()  # leave a cached gaussian in numpy's state
+    save_checkpoint(tmp_path, {"rng": rng_state()})
+    expected = (random.random(), np.random.randn(3).tolist(), torch.rand(3))
+    random.seed(0), np.random.seed(0), torch.manual_seed(0)
+    set_rng_state(load_checkpoint(tmp_path)["rng"])
+    got = (random.random(), np.random.randn(3).tolist(), torch.rand(3))
+    assert expected[:2] == got[:2] and torch.equal(expected[2], got[2])
