@@ -18,6 +18,7 @@ import random
 import shutil
 import warnings
 import zipfile
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ import numpy as np
 import torch
 
 LAST, BACKUP = "last.pt", "backup.pt"
+# Leaf types a weights_only load accepts (with tensors, dict, OrderedDict, list, tuple).
+_PLAIN = (str, int, float, bool, type(None), torch.dtype, torch.device)
 # What a truncated, overwritten or unreadable file raises from torch.load.
 _UNREADABLE = (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile)
 
@@ -45,13 +48,37 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _check_loadable(value: Any, where: str = "state") -> None:
+    """Raise TypeError on anything `torch.load(weights_only=True)` would refuse, e.g. numpy values."""
+    if isinstance(value, torch.Tensor) or type(value) in _PLAIN:
+        return
+    if type(value) in (dict, OrderedDict):
+        for key, item in value.items():
+            _check_loadable(key, f"{where} key {key!r}")
+            _check_loadable(item, f"{where}[{key!r}]")
+    elif type(value) in (list, tuple, torch.Size):
+        for i, item in enumerate(value):
+            _check_loadable(item, f"{where}[{i}]")
+    else:
+        raise TypeError(f"checkpoint {where} is a {type(value).__qualname__}: store tensors and plain "
+                        "Python values only (float(x), x.tolist(), torch.as_tensor(x)); use rng_state() for RNGs")
+
+
+def _reason(error: Exception) -> str:
+    """The informative line of a torch.load error."""
+    text = str(error).split("WeightsUnpickler error:")[-1]
+    return next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
+
+
 def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any]) -> Path:
     """Write `state` to `checkpoints/last.pt` atomically; the previous one becomes `backup.pt`.
 
     Order: write and fsync a temp file; hard-link (or copy) last.pt to a second temp file
     and rename it over backup.pt; rename the first temp file over last.pt; fsync the
     directory. Each rename is atomic, so last.pt is always a complete checkpoint.
+    Raises TypeError, before writing anything, if `state` holds values a safe load refuses.
     """
+    _check_loadable(state)
     directory = checkpoint_dir(run_dir)
     directory.mkdir(parents=True, exist_ok=True)
     new, old, last = directory / ".last.tmp", directory / ".backup.tmp", directory / LAST
@@ -68,7 +95,7 @@ def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any]) -> Path:
                 shutil.copyfile(last, old)
             os.replace(old, directory / BACKUP)
         os.replace(new, last)
-    finally:  # also removes what a killed save left behind
+    finally:  # the temp files of a failed save
         new.unlink(missing_ok=True)
         old.unlink(missing_ok=True)
     _fsync_dir(directory)
@@ -76,26 +103,25 @@ def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any]) -> Path:
 
 
 def load_checkpoint(run_dir: str | os.PathLike) -> dict[str, Any] | None:
-    """Load the latest readable checkpoint: last.pt, else backup.pt (with a warning).
+    """Load the latest readable checkpoint, tensors on CPU: last.pt, else backup.pt (with a warning).
 
     Returns None when the run has no checkpoint; raises `CheckpointError` when files
     exist but none of them can be read.
     """
     paths = [checkpoint_dir(run_dir) / name for name in (LAST, BACKUP)]
-    existing = [p for p in paths if p.exists()]
-    if not existing:
+    if not any(p.exists() for p in paths):
         return None
     failures = []
-    for path in existing:
+    for path in paths:
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():  # torch's own complaint about a garbage file
+                warnings.filterwarnings("ignore", message="Detected pickle protocol")
+                state = torch.load(path, map_location="cpu", weights_only=True)
         except _UNREADABLE as e:
-            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-            warnings.warn(f"unreadable checkpoint {path}: {reason}", stacklevel=2)
-            failures.append(f"{path} ({reason})")
+            failures.append(f"{path}: {_reason(e)}")
             continue
-        if path.name != LAST:
-            warnings.warn(f"resuming from the backup checkpoint {path}", stacklevel=2)
+        if failures:
+            warnings.warn(f"unreadable checkpoint {failures[0]}; resuming from {path}", stacklevel=2)
         return state
     raise CheckpointError("no readable checkpoint: " + "; ".join(failures))
 

@@ -47,22 +47,19 @@ def build_prompt(
 
 
 class PromptHistory:
-    """The last `nbr_obs` observations and the actions between them, for one environment."""
+    """The (observation, action) pairs of one episode that the next prompt keeps."""
 
     def __init__(self, nbr_obs: int) -> None:
-        self.observations: deque[Sequence[str]] = deque(maxlen=nbr_obs)
-        self.actions: deque[str] = deque(maxlen=max(nbr_obs - 1, 0))
+        self.past: deque[tuple[Sequence[str], str]] = deque(maxlen=nbr_obs - 1)
 
-    def add_observation(self, sentences: Sequence[str]) -> None:
-        self.observations.append(tuple(sentences))
-
-    def add_action(self, action_name: str) -> None:
-        if self.actions.maxlen:
-            self.actions.append(action_name)
+    def record(self, sentences: Sequence[str], action_name: str) -> None:
+        """Remember an observation and the action taken after it."""
+        self.past.append((tuple(sentences), action_name))
 
     def clear(self) -> None:
-        self.observations.clear()
-        self.actions.clear()
+        self.past.clear()
 
-    def prompt(self, actions: Sequence[str], mission: str, language: str = "en") -> str:
-        return build_prompt(actions, mission, self.observations, self.actions, language)
+    def prompt(self, actions: Sequence[str], mission: str, sentences: Sequence[str], language: str = "en") -> str:
+        """The prompt of a decision on the current observation `sentences`."""
+        observations = [obs for obs, _ in self.past] + [sentences]
+        return build_prompt(actions, mission, observations, [a for _, a in self.past], language)

@@ -1,4 +1,10 @@
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
+import warnings
 
 import numpy as np
 import pytest
@@ -81,7 +87,7 @@ def test_both_corrupt_raises(tmp_path):
     save_checkpoint(tmp_path, {"update": 2})
     for name in ("last.pt", "backup.pt"):
         (tmp_path / "checkpoints" / name).write_bytes(b"garbage")
-    with pytest.warns(UserWarning), pytest.raises(CheckpointError, match="last.pt.*backup.pt"):
+    with pytest.raises(CheckpointError, match="last.pt.*backup.pt"):
         load_checkpoint(tmp_path)
 
 
@@ -94,3 +100,48 @@ def test_rng_state_round_trip_through_checkpoint(tmp_path):
     set_rng_state(load_checkpoint(tmp_path)["rng"])
     got = (random.random(), np.random.randn(3).tolist(), torch.rand(3))
     assert expected[:2] == got[:2] and torch.equal(expected[2], got[2])
+
+
+@pytest.mark.parametrize("bad", [np.zeros(3), np.float64(0.5), {"x": object()}])
+def test_values_a_safe_load_refuses_are_rejected_at_save(tmp_path, bad):
+    with pytest.raises(TypeError, match="plain Python values"):
+        save_checkpoint(tmp_path, {"metric": bad})
+    assert not (tmp_path / "checkpoints" / "last.pt").exists()
+
+
+class _Killed(BaseException):
+    pass
+
+
+@pytest.mark.parametrize("step", [0, 1])
+def test_interrupted_rotation_leaves_a_good_checkpoint(tmp_path, monkeypatch, step):
+    save_checkpoint(tmp_path, {"update": 1})
+    save_checkpoint(tmp_path, {"update": 2})
+    calls, real_replace = [], os.replace
+
+    def replace(src, dst):
+        if len(calls) == step:
+            raise _Killed
+        calls.append(dst)
+        real_replace(src, dst)
+
+    monkeypatch.setattr("glamrl.checkpoint.os.replace", replace)
+    with pytest.raises(_Killed):
+        save_checkpoint(tmp_path, {"update": 3})
+    assert load_checkpoint(tmp_path)["update"] == 2  # no warning: last.pt is still good
+
+
+def test_kill_9_during_saves_leaves_a_loadable_checkpoint(tmp_path):
+    script = ("import sys, torch\nfrom glamrl.checkpoint import save_checkpoint\n"
+              "for i in range(10**6):\n"
+              "    save_checkpoint(sys.argv[1], {'update': i, 'w': torch.randn(200_000)})\n"
+              "    print(i, flush=True)\n")
+    for delay in (0.05, 0.21):
+        proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE)
+        proc.stdout.readline()  # one save done
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # last.pt itself must be good
+            assert load_checkpoint(tmp_path)["update"] >= 0

@@ -1,0 +1,63 @@
+"""The GLAM agent: an LLM policy that reads the prompt and scores every action's text."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from glamrl.agents.base import Decision
+from glamrl.llm.policy import LLMPolicy
+from glamrl.prompts import PromptHistory
+
+
+class LLMAgent:
+    """Keeps each env's prompt history and asks `policy` for pi(a | prompt) and V(prompt)."""
+
+    def __init__(
+        self,
+        policy: LLMPolicy,
+        num_envs: int,
+        action_names: Sequence[str],
+        nbr_obs: int = 3,
+        language: str = "en",
+        greedy: bool = False,
+    ) -> None:
+        self.policy = policy
+        self.action_names = list(action_names)
+        self.language = language
+        self.greedy = greedy
+        self.histories = [PromptHistory(nbr_obs) for _ in range(num_envs)]
+
+    def prompts(self, obs: dict[str, Any], envs: Sequence[int]) -> list[str]:
+        """The prompts of envs `envs` for the batched observation `obs` (one entry per env in `envs`)."""
+        return [
+            self.histories[i].prompt(self.action_names, mission, sentences, self.language)
+            for i, mission, sentences in zip(envs, obs["mission"], obs["descriptions"])
+        ]
+
+    @torch.inference_mode()
+    def act(self, obs: dict[str, Any]) -> Decision:
+        prompts = self.prompts(obs, range(len(self.histories)))
+        out = self.policy(prompts, self.action_names)
+        log_probs = out.log_probs.float()                                  # (N, A)
+        if self.greedy:
+            actions = log_probs.argmax(dim=1)                              # (N,)
+        else:
+            actions = torch.multinomial(log_probs.exp(), 1).squeeze(1)     # (N,)
+        for history, sentences, a in zip(self.histories, obs["descriptions"], actions.tolist()):
+            history.record(sentences, self.action_names[a])
+        chosen = log_probs.gather(1, actions[:, None]).squeeze(1)         # (N,)
+        return Decision(actions.cpu().numpy(), chosen.cpu(), out.values.float().cpu(), prompts)
+
+    @torch.inference_mode()
+    def values(self, obs: dict[str, Any], envs: Sequence[int]) -> torch.Tensor:
+        """V of observation `obs` (batched over `envs`) without recording it: (len(envs),)."""
+        return self.policy(self.prompts(obs, envs), self.action_names).values.float().cpu()
+
+    def end_episodes(self, done: np.ndarray) -> None:
+        for history, d in zip(self.histories, done):
+            if d:
+                history.clear()

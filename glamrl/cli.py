@@ -1,0 +1,144 @@
+"""`glamrl` command line: eval, train, plot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EXAMPLES = """examples:
+  glamrl eval --agent bot --env BabyAI-MixedTestLocal-v0 --episodes 200
+  glamrl eval --agent llm --model smollm2-135m --env BabyAI-MixedTrainLocal-v0 --episodes 50
+  glamrl train --config configs/quickstart.yaml --run-dir runs/quick ppo.lr=1e-5
+  glamrl plot runs/quick runs/other --out curves.png
+"""
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="glamrl", description=__doc__, epilog=EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ev = sub.add_parser("eval", help="evaluate an agent: success rate, return, length, per task")
+    ev.add_argument("--agent", choices=("bot", "random", "llm"), required=True)
+    ev.add_argument("--env", default="BabyAI-MixedTrainLocal-v0", help="BabyAI-Text level id")
+    ev.add_argument("--episodes", type=positive_int, default=100)
+    ev.add_argument("--seed", type=int, default=1)
+    ev.add_argument("--num-envs", type=positive_int, default=4)
+    ev.add_argument("--task", default=None, help="restrict a Mixed level to one task kind")
+    ev.add_argument("--language", choices=("en", "fr"), default="en")
+    ev.add_argument("--model", default="smollm2-135m", help="llm agent: model name or path")
+    ev.add_argument("--run", type=Path, default=None, help="llm agent: evaluate the trained policy of this run dir")
+    ev.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    ev.add_argument("--device", default="auto")
+    ev.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
+    ev.add_argument("--out", type=Path, default=None, help="write the results as JSON")
+
+    tr = sub.add_parser("train", help="fine-tune an LLM agent with PPO (resumes an existing run dir)")
+    tr.add_argument("--config", type=Path, default=None, help="YAML config (not needed to resume)")
+    tr.add_argument("--run-dir", type=Path, default=None, help="default: runs/{env}-{model}-seed{seed}")
+    tr.add_argument("--no-progress", action="store_true")
+    tr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. ppo.lr=1e-5 env.num_envs=8")
+
+    pl = sub.add_parser("plot", help="PNG of success rate and return against frames")
+    pl.add_argument("runs", nargs="+", type=Path)
+    pl.add_argument("--out", type=Path, default=Path("curves.png"))
+    return parser
+
+
+def cmd_eval(args: argparse.Namespace) -> None:
+    from glamrl.envs import make_vector_env
+    from glamrl.rollout import evaluate, format_table
+
+    envs = make_vector_env(args.env, args.num_envs, task=args.task, language=args.language)
+    agent = make_eval_agent(args, envs)
+    summary = evaluate(envs, agent, args.episodes, seed=args.seed, progress=True)
+    summary = {"agent": args.agent, "env": args.env, "seed": args.seed, **summary}
+    print(f"{args.agent} on {args.env} ({args.episodes} episodes, seed {args.seed})")
+    print(format_table(summary))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(summary, indent=2))
+
+
+def make_eval_agent(args: argparse.Namespace, envs):
+    if args.agent == "random":
+        from glamrl.agents.random import RandomAgent
+
+        return RandomAgent(envs.num_envs, seed=args.seed)
+    if args.agent == "bot":
+        from glamrl.agents.bot import BotAgent
+
+        return BotAgent(envs)
+    from glamrl.agents.llm import LLMAgent
+    from glamrl.config import ModelConfig, TrainConfig
+    from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES
+    from glamrl.llm.policy import LLMPolicy
+
+    if args.run is not None:
+        from glamrl.checkpoint import CheckpointError, load_checkpoint
+        from glamrl.train import resolve_config
+
+        cfg, _ = resolve_config(args.run, None, [])
+        state = load_checkpoint(args.run)
+        if state is None:
+            raise CheckpointError(f"{args.run} has no checkpoint to evaluate")
+        policy = LLMPolicy(cfg.model, cfg.prompt.actions)
+        policy.load_trainable_state_dict(state["policy"])
+        return LLMAgent(policy, envs.num_envs, cfg.prompt.actions, cfg.prompt.nbr_obs, args.language, args.greedy)
+    actions = FRENCH_ACTION_NAMES if args.language == "fr" else ACTION_NAMES
+    policy = LLMPolicy(ModelConfig(name=args.model, dtype=args.dtype, device=args.device), actions)
+    return LLMAgent(policy, envs.num_envs, actions, 3, args.language, args.greedy)
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from glamrl.config import load_train_config
+    from glamrl.plot import plot_runs
+    from glamrl.train import default_run_dir, resolve_config, train
+
+    cfg = load_train_config(args.config, args.overrides) if args.config else None
+    run_dir = args.run_dir or (default_run_dir(cfg) if cfg else None)
+    if run_dir is None:
+        raise ValueError("give --config (a new run) or --run-dir (a run to resume)")
+    cfg, resume = resolve_config(run_dir, cfg, args.overrides)
+    result = train(cfg, run_dir, resume=resume, progress=not args.no_progress)
+    png = plot_runs([run_dir], run_dir / "curves.png")
+    print(f"trained {result.updates} updates, {result.frames} frames; logs, checkpoints and {png.name} in {run_dir}")
+    if result.success_before is not None and result.success_after is not None:
+        print(f"success rate: {result.success_before:.3f} before -> {result.success_after:.3f} after")
+
+
+def cmd_plot(args: argparse.Namespace) -> None:
+    from glamrl.plot import plot_runs
+
+    print(plot_runs(args.runs, args.out))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        {"eval": cmd_eval, "train": cmd_train, "plot": cmd_plot}[args.command](args)
+    except KeyboardInterrupt:
+        print("glamrl: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
+        # Named errors of glamrl (ConfigError, UnknownEnvError, ModelLoadError, CheckpointError,
+        # TrainingDiverged) all derive from these: one line, no traceback.
+        print(f"glamrl: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

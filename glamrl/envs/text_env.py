@@ -1,0 +1,132 @@
+"""BabyAI-Text: the text view of any minigrid BabyAI level, as a gymnasium wrapper."""
+
+from __future__ import annotations
+
+import contextlib
+import string
+import sys
+from typing import Any, TextIO
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES
+from glamrl.envs.describe import LANGUAGES, UnknownLanguageError, describe
+from glamrl.envs.missions import french_mission
+
+CHARSET = frozenset(string.ascii_letters + string.digits + " ,.'-" + "àâçéèêëîïôûùüœÀÂÇÉÈÊ")
+"""Characters of missions and descriptions (gymnasium's Text default is alphanumeric only)."""
+MAX_MISSION_CHARS = 512
+MAX_SENTENCE_CHARS = 128
+
+
+def text_observation_space() -> spaces.Dict:
+    """Observation space of the text env; the 7x7 view fixes it whatever the grid size."""
+    return spaces.Dict({
+        "image": spaces.Box(0, 255, (7, 7, 3), dtype=np.uint8),
+        "direction": spaces.Discrete(4),
+        "mission": spaces.Text(MAX_MISSION_CHARS, min_length=1, charset=CHARSET),
+        "descriptions": spaces.Sequence(spaces.Text(MAX_SENTENCE_CHARS, min_length=1, charset=CHARSET)),
+    })
+
+
+class BabyAITextEnv(gym.Wrapper):
+    """
+    ## Description
+
+    Wraps a minigrid BabyAI level (the Mixed levels, `BabyAI-GoToLocal-v0`, ...) so
+    that the agent reads its observation as sentences (see `glamrl.envs.describe`)
+    and its mission in English or French.
+
+    ## Mission Space
+
+    The level's missions; with `language="fr"`, translated (`glamrl.envs.missions`).
+
+    ## Action Space
+
+    `Discrete(6)`: turn left, turn right, go forward, pick up, drop, toggle (minigrid
+    0..5, no `done`). `action_names` holds their names for prompts; replace it for
+    synonyms or another language.
+
+    ## Observation
+
+    A dict: "image" (uint8 7x7x3, minigrid's egocentric encoding, for symbolic agents),
+    "direction" (int 0..3), "mission" (str), "descriptions" (tuple of sentences).
+
+    ## Rewards
+
+    The level's: `1 - 0.9 * (step_count / max_steps)` on success, 0 otherwise.
+    `info` carries "task" (task kind of a Mixed level, else the level's class name) at
+    every step and, when the episode ends, "success" (reward > 0), "episode_return"
+    and "episode_length".
+
+    ## Termination
+
+    The level's: success or failure of the mission; truncation at `max_steps`.
+
+    ## Registered Configurations
+
+    None of its own: build it with `glamrl.envs.make_env(env_id, ...)`.
+    """
+
+    def __init__(self, env: gym.Env, language: str = "en", faithful: bool = False) -> None:
+        super().__init__(env)
+        if language not in LANGUAGES:
+            raise UnknownLanguageError(f"language must be one of {LANGUAGES}, got {language!r}")
+        self.language = language
+        self.faithful = faithful
+        self.observation_space = text_observation_space()
+        self.action_space = spaces.Discrete(len(ACTION_NAMES))
+        self.action_names: tuple[str, ...] = FRENCH_ACTION_NAMES if language == "fr" else ACTION_NAMES
+        self._mission = ""
+        self._return = 0.0
+        self._length = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        with contextlib.redirect_stdout(_DropRejections(sys.stdout)):
+            obs, info = self.env.reset(seed=seed, options=options)
+        level = self.env.unwrapped
+        self._mission = french_mission(level.instrs) if self.language == "fr" else obs["mission"]
+        self._return, self._length = 0.0, 0
+        return self._text_obs(obs), {**info, "task": self._task()}
+
+    def step(self, action: int):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._return += float(reward)
+        self._length += 1
+        info = {**info, "task": self._task()}
+        if terminated or truncated:
+            info.update(success=bool(reward > 0), episode_return=self._return, episode_length=self._length)
+        return self._text_obs(obs), reward, terminated, truncated, info
+
+    def _text_obs(self, obs: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "image": obs["image"],
+            "direction": int(obs["direction"]),
+            "mission": self._mission,
+            "descriptions": tuple(describe(obs["image"], self.language, self.faithful)),
+        }
+
+    def _task(self) -> str:
+        level = self.env.unwrapped
+        return getattr(level, "task", None) or type(level).__name__
+
+
+class _DropRejections:
+    """A stdout that swallows minigrid's "Sampling rejected: ..." lines and passes the rest."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._dropping = False  # inside a rejection line (print writes it in pieces)
+
+    def write(self, text: str) -> int:
+        if text.startswith("Sampling rejected"):
+            self._dropping = True
+        if self._dropping:
+            self._dropping = not text.endswith("\n")
+            return len(text)
+        return self._stream.write(text)
+
+    def flush(self) -> None:
+        self._stream.flush()

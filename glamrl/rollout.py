@@ -1,0 +1,96 @@
+"""Acting in a vector env: one step function shared by training and evaluation."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from tqdm import tqdm
+
+from glamrl.agents.base import Agent, Decision
+from glamrl.envs import EpisodeResult, finished_episodes
+
+
+@dataclass
+class Step:
+    """One synchronous step of N envs (after a done, `next_obs` is the new episode's start)."""
+
+    decision: Decision
+    next_obs: dict[str, Any]
+    rewards: np.ndarray      # (N,) env rewards (unscaled)
+    terminated: np.ndarray   # (N,) bool
+    truncated: np.ndarray    # (N,) bool
+    infos: dict[str, Any]
+
+    @property
+    def done(self) -> np.ndarray:
+        return self.terminated | self.truncated
+
+    @property
+    def episodes(self) -> list[EpisodeResult]:
+        return finished_episodes(self.infos)
+
+
+def step(envs: gym.vector.VectorEnv, agent: Agent, obs: dict[str, Any]) -> Step:
+    """Let `agent` act on `obs` and step every env once. The caller ends the agent's episodes."""
+    decision = agent.act(obs)
+    next_obs, rewards, terminated, truncated, infos = envs.step(decision.actions)
+    return Step(decision, next_obs, np.asarray(rewards, dtype=np.float32), terminated, truncated, infos)
+
+
+def evaluate(
+    envs: gym.vector.VectorEnv, agent: Agent, episodes: int, seed: int, progress: bool = False
+) -> dict[str, Any]:
+    """Success rate, mean return and length over `episodes` episodes, overall and per task.
+
+    Each env contributes a fixed quota of episodes, so short episodes are not favoured.
+    """
+    n = envs.num_envs
+    quota = np.full(n, episodes // n) + (np.arange(n) < episodes % n)
+    counted = np.zeros(n, dtype=int)
+    results: list[EpisodeResult] = []
+    obs, _ = envs.reset(seed=seed)
+    agent.end_episodes(np.ones(n, dtype=bool))
+    with tqdm(total=episodes, unit="ep", disable=not progress, leave=False) as bar:
+        while len(results) < episodes:
+            s = step(envs, agent, obs)
+            agent.end_episodes(s.done)
+            for ep in s.episodes:
+                if counted[ep.env_index] < quota[ep.env_index]:
+                    counted[ep.env_index] += 1
+                    results.append(ep)
+                    bar.update(1)
+            obs = s.next_obs
+    return summarize(results)
+
+
+def summarize(results: list[EpisodeResult]) -> dict[str, Any]:
+    """The statistics `glamrl eval` prints and writes, overall and per task kind."""
+    by_task: dict[str, list[EpisodeResult]] = defaultdict(list)
+    for r in results:
+        by_task[r.task].append(r)
+    summary = _stats(results)
+    summary["per_task"] = {task: _stats(rs) for task, rs in sorted(by_task.items())}
+    return summary
+
+
+def _stats(results: list[EpisodeResult]) -> dict[str, Any]:
+    return {
+        "episodes": len(results),
+        "success_rate": float(np.mean([r.success for r in results])),
+        "mean_return": float(np.mean([r.episode_return for r in results])),
+        "mean_length": float(np.mean([r.episode_length for r in results])),
+    }
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """A plain-text table of `summarize`'s output."""
+    rows = [("all", summary)] + list(summary["per_task"].items())
+    lines = [f"{'task':<22}{'episodes':>9}{'success':>9}{'return':>9}{'length':>9}"]
+    for name, s in rows:
+        lines.append(f"{name:<22}{s['episodes']:>9}{s['success_rate']:>9.3f}"
+                     f"{s['mean_return']:>9.3f}{s['mean_length']:>9.1f}")
+    return "\n".join(lines)

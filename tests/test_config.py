@@ -1,0 +1,57 @@
+import pytest
+
+from glamrl.config import ConfigError, TrainConfig, load_train_config
+
+
+def write(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_yaml_and_dotted_overrides(tmp_path):
+    path = write(tmp_path, "env:\n  num_envs: 2\nppo:\n  lr: 1e-6\n  num_steps: 8\n  minibatch_size: 4\n")
+    cfg = load_train_config(path, ["ppo.lr=1e-5", "model.lora=true", "prompt.nbr_obs=2"])
+    assert cfg.env.num_envs == 2 and cfg.ppo.lr == pytest.approx(1e-5)
+    assert cfg.model.lora is True and cfg.prompt.nbr_obs == 2
+    assert isinstance(cfg.ppo.lr, float)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["ppo.lrr=1"], "unknown config key 'ppo.lrr'"),
+        (["nope.x=1"], "unknown config key 'nope'"),
+        (["env.num_envs=two"], "env.num_envs must be int"),
+        (["model.lora=3"], "model.lora must be bool"),
+        (["ppo.minibatch_size=1000"], "larger than the rollout batch"),
+        (["ppo.grad_accum=3", "ppo.minibatch_size=4"], "multiple of ppo.grad_accum"),
+        (["model.dtype=float8"], "model.dtype must be"),
+        (["prompt.actions=[a, b]"], "prompt.actions must name the 6 actions"),
+        (["ppo.lr"], "must look like section.field=value"),
+    ],
+)
+def test_config_errors_name_the_problem(overrides, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_train_config(None, ["env.num_envs=2", "ppo.num_steps=4", "ppo.minibatch_size=4", *overrides])
+
+
+def test_missing_or_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_train_config(tmp_path / "absent.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_train_config(write(tmp_path, "env: [unclosed"))
+
+
+@pytest.mark.parametrize("name", ["quickstart", "glam_paper"])
+def test_shipped_configs_load(name):
+    cfg = load_train_config(f"configs/{name}.yaml")
+    assert isinstance(cfg, TrainConfig)
+
+
+def test_glam_paper_settings():
+    cfg = load_train_config("configs/glam_paper.yaml")
+    p = cfg.ppo
+    assert (cfg.env.num_envs, p.num_steps, p.total_frames, p.lr) == (32, 40, 1_500_000, 1e-6)
+    assert (p.epochs, p.minibatch_size, p.clip_eps, p.gamma, p.gae_lambda) == (4, 64, 0.2, 0.99, 0.99)
+    assert (p.entropy_coef, p.value_coef, p.max_grad_norm, p.reward_scale, cfg.prompt.nbr_obs) == (0.01, 0.5, 0.5, 20.0, 3)

@@ -1,0 +1,40 @@
+import pytest
+import yaml
+
+from glamrl.plot import group_runs, plot_runs
+from glamrl.runlog import LogNotFoundError, RunLogger
+
+
+def _run(root, name: str, seed: int, lr: float, updates: int):
+    run_dir = root / name
+    run_dir.mkdir()
+    config = {"env": {"id": "BabyAI-GoToLocal-v0", "seed": seed}, "ppo": {"lr": lr}}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    with RunLogger(run_dir, tensorboard=False) as logger:
+        for update in range(1, updates + 1):
+            logger.log({"update": update, "frames": 64 * update,
+                        "success_rate": min(1.0, 0.05 * update + 0.1 * seed), "return_mean": 0.03 * update})
+    return run_dir
+
+
+@pytest.fixture
+def runs(tmp_path):
+    return [_run(tmp_path, "a_s1", 1, 1e-4, 20), _run(tmp_path, "b_lr", 1, 1e-3, 15),
+            _run(tmp_path, "a_s2", 2, 1e-4, 12)]
+
+
+def test_runs_differing_only_by_seed_are_grouped(runs):
+    a1, b, a2 = runs
+    assert group_runs(runs) == [[a1, a2], [b]]
+
+
+def test_plot_writes_a_png(runs, tmp_path):
+    out = plot_runs(runs, tmp_path / "plots" / "curves.png")
+    data = out.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 10_000
+
+
+def test_missing_log_is_a_named_error(runs, tmp_path):
+    (tmp_path / "empty_run").mkdir()
+    with pytest.raises(LogNotFoundError, match="empty_run"):
+        plot_runs([*runs, tmp_path / "empty_run"], tmp_path / "curves.png")
