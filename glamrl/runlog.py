@@ -134,17 +134,17 @@ def read_log(run_dir: str | os.PathLike) -> list[dict[str, float]]:
 
 
 def episode_stats(returns: list[float], lengths: list[int], successes: list[bool]) -> dict[str, float]:
-    """`episodes`, `success_rate`, `return_*` and `num_frames_*` over the finished episodes.
+    """`success_rate`, `return_*` and `num_frames_*` over the episodes finished in one update.
 
-    With no finished episode only `episodes=0` is returned: the other columns stay empty
-    in the CSV and absent from TensorBoard, never NaN.
+    With no finished episode it returns {}: the columns stay empty in the CSV and absent
+    from TensorBoard, never NaN. `episodes` is not included: as in GLAM that column is
+    the run's cumulative count, which the trainer keeps.
     """
     if not (len(returns) == len(lengths) == len(successes)):
         raise ValueError(f"episode_stats needs lists of equal length, got {len(returns)}, {len(lengths)}, {len(successes)}")
-    stats: dict[str, float] = {"episodes": len(returns)}
     if not returns:
-        return stats
-    stats["success_rate"] = float(np.mean(successes))
+        return {}
+    stats = {"success_rate": float(np.mean(successes))}
     for name, values in (("return", np.asarray(returns, float)), ("num_frames", np.asarray(lengths, float))):
         stats.update({f"{name}_mean": float(values.mean()), f"{name}_std": float(values.std()),
                       f"{name}_min": float(values.min()), f"{name}_max": float(values.max())})

@@ -73,11 +73,11 @@ def test_read_log_of_a_run_without_log_names_the_directory(tmp_path):
 def test_episode_stats_by_hand():
     stats = episode_stats([1.0, 0.0, 0.5], [4, 10, 7], [True, False, True])
     assert stats == pytest.approx({
-        "episodes": 3, "success_rate": 2 / 3,
+        "success_rate": 2 / 3,
         "return_mean": 0.5, "return_std": math.sqrt(1 / 6), "return_min": 0.0, "return_max": 1.0,
         "num_frames_mean": 7.0, "num_frames_std": math.sqrt(6), "num_frames_min": 4.0, "num_frames_max": 10.0,
     })
 
 
 def test_episode_stats_without_finished_episodes_has_no_nan():
-    assert episode_stats([], [], []) == {"episodes": 0}
+    assert episode_stats([], [], []) == {}

