@@ -11,6 +11,7 @@ LEVEL_IDS: dict[str, tuple[str, dict]] = {
     "BabyAI-MixedTestLocal-v0": ("glamrl.envs.levels:MixedTestLocal", {}),
     "BabyAI-PickUpSeqGoToLocal-v0": ("glamrl.envs.levels:MixedTrainLocal", {"task": "pick_up_seq_go_to"}),
     "BabyAI-PickUpSeqPickUpLocal-v0": ("glamrl.envs.levels:MixedTestLocal", {"task": "pick_up_seq_pick_up"}),
+    "BabyAI-TurnToObject-v0": ("glamrl.envs.tiny:TurnToObjectLevel", {}),
 }
 """glamrl's registered ids -> (entry point, constructor kwargs)."""
 
@@ -20,8 +21,7 @@ for _env_id, (_entry_point, _kwargs) in LEVEL_IDS.items():
 _LAZY = {  # public names, imported on first use (minigrid takes a second to import)
     "make_env": "factory", "make_vector_env": "factory", "make_vector_env_from_config": "factory",
     "finished_episodes": "factory", "EpisodeResult": "factory", "UnknownEnvError": "factory",
-    "known_env_ids": "factory", "BabyAITextEnv": "text_env", "describe": "describe",
-    "french_mission": "missions", "MixedTrainLocal": "levels", "MixedTestLocal": "levels",
+    "known_env_ids": "factory", "BabyAITextEnv": "text_env", "MixedTrainLocal": "levels", "MixedTestLocal": "levels",
     "UnknownTaskError": "levels", "TRAIN_TASKS": "levels", "TEST_TASKS": "levels",
 }
 __all__ = ["LEVEL_IDS", *_LAZY]

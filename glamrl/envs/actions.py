@@ -7,6 +7,6 @@ SYNONYM_ACTION_NAMES: tuple[str, ...] = ("rotate left", "rotate right", "move ah
 """Synonyms for the generalisation test (same order)."""
 
 FRENCH_ACTION_NAMES: tuple[str, ...] = (
-    "tourner à gauche", "tourner à droite", "aller tout droit", "prendre", "lâcher", "basculer",
+    "tourner à gauche", "tourner à droite", "aller tout droit", "attraper", "lâcher", "basculer",
 )
-"""French names (same order)."""
+"""French names (same order), as in GLAM's French experiment."""

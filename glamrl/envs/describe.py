@@ -3,7 +3,7 @@
 The image is minigrid's egocentric encoding (type, colour, state) of the partial
 view: cell (x, y), the agent at (3, 6) facing up (towards y = 0), the carried object
 (if any) encoded at the agent's own cell. Reading the image instead of rebuilding
-the view grid keeps a description at a few tens of microseconds.
+the view grid keeps a description at about ten microseconds.
 
 >>> import numpy as np
 >>> image = np.zeros((7, 7, 3), dtype=np.uint8); image[3, :] = (1, 0, 0)
@@ -17,7 +17,7 @@ the view grid keeps a description at a few tens of microseconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
 
 import numpy as np
 from minigrid.core.constants import IDX_TO_COLOR, IDX_TO_OBJECT, OBJECT_TO_IDX
@@ -64,44 +64,66 @@ def french_noun_phrase(obj_type: str, color: str | None, state: str | None = Non
 
 
 # ---------------------------------------------------------------------------- sentences
-@dataclass(frozen=True)
-class _Phrasing:
-    """How one language (and wording option) turns cells into sentences."""
-
-    language: str
-    faithful: bool
-
-    def steps(self, n: int, direction: str) -> str:
-        if self.language == "en":
-            return f"{n} step{'s' if n > 1 else ''} {direction}"
-        return f"{n} pas {direction}"
-
-    def wall(self, n: int, direction: str) -> str:
-        if self.language == "en":
-            return f"You see a wall {self.steps(n, direction)}"
-        return f"Tu vois un mur à {self.steps(n, direction)}"
-
-    def carrying(self, obj_type: str, color: str) -> str:
-        if self.language == "en":
-            return f"You carry a {color} {obj_type}"
-        phrase, gender = french_noun_phrase(obj_type, color)
-        return f"Tu portes {'une' if gender == 'f' else 'un'} {phrase}"
-
-    def seen(self, obj_type: str, color: str, state: str | None, distances: list[str]) -> str:
-        if self.language == "en":
-            words = f"{state} {color} {obj_type}" if state else f"{color} {obj_type}"
-            article = "an" if words[0] in "aeiou" and not self.faithful else "a"
-            return f"You see {article} {words} {' and '.join(distances)}"
-        phrase, gender = french_noun_phrase(obj_type, color, state)
-        where = " et ".join(distances) if self.faithful else "à " + " et ".join(distances)
-        return f"Tu vois {'une' if gender == 'f' else 'un'} {phrase} {where}"
-
-
+# Every sentence part depends on a few small integers only: build each once, then look it up.
 _DIRECTIONS = {
     "en": {"forward": "forward", "left": "left", "right": "right"},
     "fr": {"forward": "devant", "left": "à gauche", "right": "à droite"},
 }
-_PHRASINGS = {(lang, f): _Phrasing(lang, f) for lang in LANGUAGES for f in (False, True)}
+
+
+def _steps(language: str, n: int, direction: str) -> str:
+    word = _DIRECTIONS[language][direction]
+    if language == "en":
+        return f"{n} step{'s' if n > 1 else ''} {word}"
+    return f"{n} pas {word}"
+
+
+@functools.cache
+def _wall(language: str, n: int, direction: str) -> str:
+    if language == "en":
+        return f"You see a wall {_steps(language, n, direction)}"
+    return f"Tu vois un mur à {_steps(language, n, direction)}"
+
+
+@functools.cache
+def _carrying(language: str, obj: int, color: int) -> str:
+    obj_type, color_name = IDX_TO_OBJECT[obj], IDX_TO_COLOR[color]
+    if language == "en":
+        return f"You carry a {color_name} {obj_type}"
+    phrase, gender = french_noun_phrase(obj_type, color_name)
+    return f"Tu portes {'une' if gender == 'f' else 'un'} {phrase}"
+
+
+@functools.cache
+def _seen(language: str, faithful: bool, obj: int, color: int, state: int, x: int, y: int) -> str:
+    """The sentence for one object of the view at cell (x, y)."""
+    dx, dy = x - AGENT_X, AGENT_Y - y
+    side = _steps(language, abs(dx), "left" if dx < 0 else "right")
+    ahead = _steps(language, dy, "forward")
+    distances = [ahead] if dx == 0 else [side] if dy == 0 else [side, ahead]
+    obj_type, color_name = IDX_TO_OBJECT[obj], IDX_TO_COLOR[color]
+    state_name = IDX_TO_STATE[state] if obj == DOOR else None
+    if language == "en":
+        words = f"{state_name} {color_name} {obj_type}" if state_name else f"{color_name} {obj_type}"
+        article = "an" if words[0] in "aeiou" and not faithful else "a"
+        return f"You see {article} {words} {' and '.join(distances)}"
+    phrase, gender = french_noun_phrase(obj_type, color_name, state_name)
+    where = " et ".join(distances) if faithful else "à " + " et ".join(distances)
+    return f"Tu vois {'une' if gender == 'f' else 'un'} {phrase} {where}"
+
+
+def _index(x: int, y: int) -> int:
+    """Position of cell (x, y)'s type in the flattened 7x7x3 image (colour and state follow)."""
+    return (x * VIEW + y) * 3
+
+
+_AGENT = _index(AGENT_X, AGENT_Y)
+_RAYS = (  # (direction, cells from the agent outwards)
+    ("forward", [_index(AGENT_X, y) for y in range(AGENT_Y - 1, -1, -1)]),
+    ("left", [_index(x, AGENT_Y) for x in range(AGENT_X - 1, -1, -1)]),
+    ("right", [_index(x, AGENT_Y) for x in range(AGENT_X + 1, VIEW)]),
+)
+_CELLS = [(_index(x, y), x, y) for x in range(VIEW) for y in range(VIEW) if (x, y) != (AGENT_X, AGENT_Y)]
 
 
 def describe(image: np.ndarray, language: str = "en", faithful: bool = False) -> list[str]:
@@ -116,36 +138,20 @@ def describe(image: np.ndarray, language: str = "en", faithful: bool = False) ->
     """
     if language not in LANGUAGES:
         raise UnknownLanguageError(f"language must be one of {LANGUAGES}, got {language!r}")
-    phrasing = _PHRASINGS[language, faithful]
-    words = _DIRECTIONS[language]
-    cells = image.tolist()  # cells[x][y] == [type, colour, state]; lists are faster to index
+    cells = image.ravel().tolist()  # one Python list of ints: much faster to index than the array
     sentences = []
 
-    carried = cells[AGENT_X][AGENT_Y]
-    if carried[0] > WALL:
-        sentences.append(phrasing.carrying(IDX_TO_OBJECT[carried[0]], IDX_TO_COLOR[carried[1]]))
+    if cells[_AGENT] > WALL:  # the carried object is encoded at the agent's cell
+        sentences.append(_carrying(language, cells[_AGENT], cells[_AGENT + 1]))
 
-    for direction, ray in (
-        ("forward", [cells[AGENT_X][y] for y in range(AGENT_Y - 1, -1, -1)]),
-        ("left", [cells[x][AGENT_Y] for x in range(AGENT_X - 1, -1, -1)]),
-        ("right", [cells[x][AGENT_Y] for x in range(AGENT_X + 1, VIEW)]),
-    ):
-        for distance, cell in enumerate(ray, start=1):
-            if cell[0] in (UNSEEN, EMPTY):
-                continue
-            if cell[0] == WALL:
-                sentences.append(phrasing.wall(distance, words[direction]))
-            break
+    for direction, ray in _RAYS:
+        for distance, i in enumerate(ray, start=1):
+            if cells[i] not in (UNSEEN, EMPTY):
+                if cells[i] == WALL:
+                    sentences.append(_wall(language, distance, direction))
+                break
 
-    for x, column in enumerate(cells):
-        for y, (obj, color, state) in enumerate(column):
-            if obj <= WALL or (x == AGENT_X and y == AGENT_Y):
-                continue
-            dx, dy = x - AGENT_X, AGENT_Y - y
-            side = phrasing.steps(abs(dx), words["left" if dx < 0 else "right"])
-            ahead = phrasing.steps(dy, words["forward"])
-            distances = [ahead] if dx == 0 else [side] if dy == 0 else [side, ahead]
-            sentences.append(phrasing.seen(
-                IDX_TO_OBJECT[obj], IDX_TO_COLOR[color], IDX_TO_STATE[state] if obj == DOOR else None, distances,
-            ))
+    for i, x, y in _CELLS:
+        if cells[i] > WALL:
+            sentences.append(_seen(language, faithful, cells[i], cells[i + 1], cells[i + 2], x, y))
     return sentences

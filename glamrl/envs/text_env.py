@@ -31,7 +31,7 @@ def text_observation_space() -> spaces.Dict:
     })
 
 
-class BabyAITextEnv(gym.Wrapper):
+class BabyAITextEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """
     ## Description
 
@@ -71,7 +71,8 @@ class BabyAITextEnv(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, language: str = "en", faithful: bool = False) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self, language=language, faithful=faithful)
+        gym.Wrapper.__init__(self, env)
         if language not in LANGUAGES:
             raise UnknownLanguageError(f"language must be one of {LANGUAGES}, got {language!r}")
         self.language = language

@@ -1,0 +1,105 @@
+"""The LLM policy: action scores (or NPAE action heads) and a value head over one language model.
+
+    policy = LLMPolicy(ModelConfig(name="smollm2-135m"), ACTION_NAMES)
+    out = policy(prompts)   # out.log_probs (B, A), out.values (B,)
+
+The same call samples actions during collection (under torch.inference_mode()) and
+re-scores them with gradients during the PPO update.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from glamrl.config import ModelConfig
+from glamrl.llm.heads import ActionHeads, ValueHead
+from glamrl.llm.loading import load_model
+from glamrl.llm.lora import apply_lora, base_model
+from glamrl.llm.scorer import ActionScorer
+
+CHECKPOINT_FILE = "policy.pt"
+
+
+class PolicyStateError(ValueError):
+    """A saved policy state does not match this policy's trainable parameters."""
+
+
+@dataclass
+class PolicyOutput:
+    log_probs: Tensor                       # (B, A) log pi(a | prompt), log-softmax over the candidates
+    values: Tensor                          # (B,) value estimates
+    action_log_likelihoods: Tensor | None   # (B, A) log p(action text | prompt); None with action heads
+
+
+class LLMPolicy(nn.Module):
+    """π(a | prompt) = softmax over actions of their text log-likelihood (or of the NPAE heads' logits)."""
+
+    def __init__(self, config: ModelConfig, action_names: Sequence[str]) -> None:
+        super().__init__()
+        loaded = load_model(config)
+        self.config = config
+        self.action_names = tuple(action_names)
+        self.device, self.dtype = loaded.device, loaded.dtype
+        self.llm = apply_lora(loaded.model, config) if config.lora else loaded.model
+        self.scorer = ActionScorer(base_model(self.llm), loaded.tokenizer, loaded.is_seq2seq,
+                                   normalize_by_length=config.normalize_by_length)
+        hidden_size = loaded.model.get_input_embeddings().embedding_dim
+        self.value_head = ValueHead(hidden_size).to(self.device)
+        self.action_heads = (ActionHeads(hidden_size, len(self.action_names)).to(self.device)
+                             if config.use_action_heads else None)
+
+    def forward(self, prompts: Sequence[str], action_names: Sequence[str] | None = None) -> PolicyOutput:
+        """Policy and value for B prompts; `action_names` replaces the candidates' text for this call."""
+        names = self.action_names if action_names is None else tuple(action_names)
+        if len(names) != len(self.action_names):
+            raise ValueError(f"expected {len(self.action_names)} action names, got {len(names)}")
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+            scores = self.scorer(prompts, None if self.action_heads is not None else names)
+        hidden = scores.hidden.float()                                             # (B, H)
+        logits = self.action_heads(hidden) if self.action_heads is not None else scores.log_likelihoods  # (B, A)
+        return PolicyOutput(log_probs=F.log_softmax(logits.float(), dim=-1), values=self.value_head(hidden),
+                            action_log_likelihoods=scores.log_likelihoods)
+
+    # ------------------------------------------------------------------- checkpoints
+    def trainable_state_dict(self) -> dict[str, Tensor]:
+        """The trainable parameters only (detached, not copied): all weights + heads, or adapters + heads with LoRA."""
+        return {name: p.detach() for name, p in self.named_parameters() if p.requires_grad}
+
+    def load_trainable_state_dict(self, state: dict[str, Tensor]) -> None:
+        params = {name: p for name, p in self.named_parameters() if p.requires_grad}
+        missing, unexpected = params.keys() - state.keys(), state.keys() - params.keys()
+        if missing or unexpected:
+            raise PolicyStateError(
+                f"saved policy state does not match this policy (LoRA or action heads configured differently?): "
+                f"{len(missing)} missing e.g. {sorted(missing)[:3]}, {len(unexpected)} unexpected e.g. "
+                f"{sorted(unexpected)[:3]}")
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(state[name])
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the trainable parameters and action names to `directory/policy.pt` (atomically)."""
+        path = Path(directory) / CHECKPOINT_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp-{os.getpid()}")
+        torch.save({"action_names": list(self.action_names), "trainable": self.trainable_state_dict()}, tmp)
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, directory: str | Path, config: ModelConfig) -> LLMPolicy:
+        """Rebuild the policy from `config` (base weights as configured), then load the saved trainable parameters."""
+        path = Path(directory) / CHECKPOINT_FILE
+        if not path.is_file():
+            raise PolicyStateError(f"no saved policy at {path}")
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        policy = cls(config, saved["action_names"])
+        policy.load_trainable_state_dict(saved["trainable"])
+        return policy

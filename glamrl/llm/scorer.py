@@ -1,0 +1,220 @@
+"""Score candidate actions as text: log p(action | prompt) for B prompts x A actions in one forward pass.
+
+Each prompt is encoded once and shared by its A candidates. The A actions' tokens are
+packed after the prompt (causal LM) or into one decoder sequence (seq2seq LM), and a 4D
+attention mask lets every action token see the prompt and its own earlier tokens only;
+positions restart after the prompt for every action. Vocabulary logits are computed
+only where an action token is predicted.
+
+Tokenisation boundary: prompts end in `Action i: `. A BPE tokenizer merges that space
+into the next word (`Ġturn`), so for causal LMs one trailing space is removed from the
+prompt and the action is tokenized as the continuation ` turn left` of a short context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+_CONTEXT = "Action:"  # actions are tokenized as the continuation of this text
+
+
+class ScoringError(ValueError):
+    """Actions or prompts the scorer cannot score (empty after tokenization, unsupported attention)."""
+
+
+@dataclass
+class Scores:
+    log_likelihoods: Tensor | None  # (B, A) sum (or mean) of the action tokens' log-probs; None without actions
+    hidden: Tensor                  # (B, H) last hidden state at the last prompt token / first decoder position
+
+
+@dataclass
+class _PackedActions:
+    """A actions' tokens packed one after the other (T tokens in all), shared by every prompt."""
+
+    targets: Tensor     # (T,) token ids to score
+    inputs: Tensor      # (T,) decoder inputs (seq2seq): start token then targets shifted right within each action
+    owner: Tensor       # (T,) index of the action each token belongs to
+    offset: Tensor      # (T,) position of the token inside its action
+    lengths: Tensor     # (A,) tokens per action
+    visible: Tensor     # (T, T) bool, token i may attend to token j (same action, j <= i)
+
+
+class ActionScorer:
+    """log p(action text | prompt) for a batch of prompts and a list of candidate actions."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, is_seq2seq: bool,
+                 normalize_by_length: bool = False) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.is_seq2seq = is_seq2seq
+        self.normalize_by_length = normalize_by_length
+        self._packed: dict[tuple[tuple[str, ...], torch.device], _PackedActions] = {}
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.get_input_embeddings().weight.device
+
+    def __call__(self, prompts: Sequence[str], actions: Sequence[str] | None) -> Scores:
+        """Scores of `actions` after each of `prompts`; `actions=None` only encodes the prompts."""
+        packed = self.pack_actions(actions) if actions is not None else None
+        if self.is_seq2seq:
+            logits, hidden = self._seq2seq_forward(prompts, packed)
+        else:
+            logits, hidden = self._causal_forward(prompts, packed)
+        if packed is None:
+            return Scores(log_likelihoods=None, hidden=hidden)
+        logits = logits.float()                                                   # (B, T, V)
+        token_ll = logits.gather(-1, packed.targets.expand(logits.shape[0], -1).unsqueeze(-1)).squeeze(-1)
+        token_ll = token_ll - logits.logsumexp(-1)                                # (B, T) log-softmax at targets
+        n_actions = packed.lengths.numel()
+        ll = token_ll.new_zeros(token_ll.shape[0], n_actions).index_add(1, packed.owner, token_ll)  # (B, A)
+        if self.normalize_by_length:
+            ll = ll / packed.lengths
+        return Scores(log_likelihoods=ll, hidden=hidden)
+
+    # ------------------------------------------------------------------ tokenisation
+    def action_token_ids(self, action: str) -> list[int]:
+        """Token ids of one action as the model reads it right after a prompt."""
+        if self.is_seq2seq:
+            ids = self.tokenizer(action, add_special_tokens=False).input_ids
+        else:
+            context = self.tokenizer(_CONTEXT, add_special_tokens=False).input_ids
+            full = self.tokenizer(f"{_CONTEXT} {action}", add_special_tokens=False).input_ids
+            ids = full[len(context):] if full[:len(context)] == context else \
+                self.tokenizer(f" {action}", add_special_tokens=False).input_ids
+        if not ids:
+            raise ScoringError(f"action {action!r} has no tokens")
+        return ids
+
+    def prompt_text(self, prompt: str) -> str:
+        """The prompt as fed to the model (causal: one trailing space moves onto the action)."""
+        return prompt[:-1] if not self.is_seq2seq and prompt.endswith(" ") else prompt
+
+    def pack_actions(self, actions: Sequence[str]) -> _PackedActions:
+        key = (tuple(actions), self.device)
+        if key not in self._packed:
+            with torch.inference_mode(False):  # cached tensors must also serve passes with gradients
+                self._packed[key] = self._pack(actions)
+        return self._packed[key]
+
+    def _pack(self, actions: Sequence[str]) -> _PackedActions:
+        ids = [self.action_token_ids(a) for a in actions]
+        start = self.model.config.decoder_start_token_id if self.is_seq2seq else 0
+        lengths = torch.tensor([len(t) for t in ids])
+        owner = torch.repeat_interleave(torch.arange(len(ids)), lengths)
+        offset = torch.cat([torch.arange(n) for n in lengths.tolist()])
+        visible = (owner[:, None] == owner[None, :]) & (offset[:, None] >= offset[None, :])
+        packed = _PackedActions(
+            targets=torch.tensor([t for seq in ids for t in seq]),
+            inputs=torch.tensor([t for seq in ids for t in [start, *seq[:-1]]]),
+            owner=owner, offset=offset, lengths=lengths, visible=visible,
+        )
+        return _PackedActions(**{k: v.to(self.device) for k, v in vars(packed).items()})
+
+    def _tokenize_prompts(self, prompts: Sequence[str]) -> tuple[Tensor, Tensor]:
+        side = "right" if self.is_seq2seq else "left"  # causal: every prompt ends at the same column
+        batch = self.tokenizer([self.prompt_text(p) for p in prompts], padding=True, padding_side=side,
+                               return_tensors="pt")
+        return batch.input_ids.to(self.device), batch.attention_mask.to(self.device).bool()
+
+    # ----------------------------------------------------------------------- forward
+    def _causal_forward(self, prompts: Sequence[str], packed: _PackedActions | None) -> tuple[Tensor | None, Tensor]:
+        prompt_ids, prompt_mask = self._tokenize_prompts(prompts)                 # (B, P)
+        B, P = prompt_ids.shape
+        prompt_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)             # (B, P)
+        causal = torch.ones(P, P, dtype=torch.bool, device=self.device).tril()
+        prompt_rows = causal & prompt_mask[:, None, :] | torch.eye(P, dtype=torch.bool, device=self.device)  # (B, P, P)
+        if packed is None:
+            ids, pos, visible = prompt_ids, prompt_pos, prompt_rows
+        else:
+            T = packed.targets.numel()
+            ids = torch.cat([prompt_ids, packed.targets.expand(B, T)], 1)         # (B, P+T)
+            pos = torch.cat([prompt_pos, prompt_mask.sum(-1, keepdim=True) + packed.offset], 1)  # (B, P+T)
+            top = torch.cat([prompt_rows, prompt_rows.new_zeros(B, P, T)], 2)      # (B, P, P+T)
+            bottom = torch.cat([prompt_mask[:, None, :].expand(B, T, P), packed.visible.expand(B, T, T)], 2)
+            visible = torch.cat([top, bottom], 1)                                 # (B, P+T, P+T)
+        backbone = self.model.base_model
+        hidden = backbone(input_ids=ids, attention_mask=self._attention_mask(visible), position_ids=pos,
+                          use_cache=False).last_hidden_state                      # (B, P+T, H)
+        if packed is None:
+            return None, hidden[:, P - 1]
+        # the token before each target predicts it: the last prompt token for an action's first token
+        source = torch.where(packed.offset == 0, P - 1, P + torch.arange(T, device=self.device) - 1)  # (T,)
+        logits = self.model.get_output_embeddings()(hidden[:, source])           # (B, T, V)
+        return logits, hidden[:, P - 1]
+
+    def _seq2seq_forward(self, prompts: Sequence[str], packed: _PackedActions | None) -> tuple[Tensor | None, Tensor]:
+        prompt_ids, prompt_mask = self._tokenize_prompts(prompts)                 # (B, P)
+        B = prompt_ids.shape[0]
+        encoded = self.model.get_encoder()(input_ids=prompt_ids, attention_mask=prompt_mask.long())
+        if packed is None:
+            start = self.model.config.decoder_start_token_id
+            inputs = torch.full((B, 1), start, device=self.device)               # (B, 1)
+            visible = torch.ones(B, 1, 1, dtype=torch.bool, device=self.device)
+        else:
+            T = packed.inputs.numel()
+            inputs, visible = packed.inputs.expand(B, T), packed.visible.expand(B, T, T)  # (B, T), (B, T, T)
+        out = self.model(encoder_outputs=encoded, attention_mask=prompt_mask.long(), decoder_input_ids=inputs,
+                         decoder_attention_mask=self._attention_mask(visible), output_hidden_states=True,
+                         use_cache=False)
+        hidden = out.decoder_hidden_states[-1][:, 0]                              # (B, H)
+        return (out.logits if packed is not None else None), hidden              # (B, T, V)
+
+    def _attention_mask(self, visible: Tensor) -> Tensor:
+        """(B, Q, K) bool -> the (B, 1, Q, K) mask the model's attention implementation expects."""
+        implementation = self.model.config._attn_implementation
+        if implementation == "sdpa":
+            return visible[:, None]
+        if implementation == "eager":
+            dtype = self.model.get_input_embeddings().weight.dtype
+            return torch.zeros((), dtype=dtype, device=visible.device).masked_fill(
+                ~visible[:, None], torch.finfo(dtype).min)
+        raise ScoringError(f"attention implementation {implementation!r} cannot take the scorer's 4D masks; "
+                           f"load the model with attn_implementation='sdpa' or 'eager'")
+
+
+def reference_log_likelihoods(scorer: ActionScorer, prompts: Sequence[str], actions: Sequence[str]) -> Tensor:
+    """The slow reference (tests, benchmark): every prompt+action sequence in full, vocabulary logits everywhere.
+
+    Uses the same token ids as `ActionScorer` but plain right padding, 2D masks and default positions.
+    """
+    model, device = scorer.model, scorer.device
+    prompt_ids = [scorer.tokenizer(scorer.prompt_text(p)).input_ids for p in prompts]
+    action_ids = [scorer.action_token_ids(a) for a in actions]
+    pairs = [(p, a) for p in prompt_ids for a in action_ids]                     # B*A candidates
+    if scorer.is_seq2seq:
+        start = model.config.decoder_start_token_id
+        enc = _pad([p for p, _ in pairs], scorer.tokenizer.pad_token_id, device)
+        dec = _pad([[start, *a[:-1]] for _, a in pairs], scorer.tokenizer.pad_token_id, device)
+        logits = model(input_ids=enc[0], attention_mask=enc[1], decoder_input_ids=dec[0],
+                       decoder_attention_mask=dec[1]).logits                      # (B*A, L, V)
+        first = [0] * len(pairs)
+    else:
+        seq = _pad([p + a for p, a in pairs], scorer.tokenizer.pad_token_id, device)
+        logits = model(input_ids=seq[0], attention_mask=seq[1]).logits            # (B*A, S, V)
+        first = [len(p) - 1 for p, _ in pairs]
+    log_probs = F.log_softmax(logits.float(), -1)
+    L = max(len(a) for a in action_ids)
+    where = torch.tensor(first, device=device)[:, None] + torch.arange(L, device=device)  # (B*A, L)
+    targets = _pad([a for _, a in pairs], 0, device)
+    where = where.clamp(max=log_probs.shape[1] - 1)
+    token_ll = log_probs[torch.arange(len(pairs), device=device)[:, None], where, targets[0]] * targets[1]
+    ll = token_ll.sum(-1)                                                         # (B*A,)
+    if scorer.normalize_by_length:
+        ll = ll / targets[1].sum(-1)
+    return ll.view(len(prompts), len(actions))                                    # (B, A)
+
+
+def _pad(seqs: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Right-pad token lists: (N, L) ids and (N, L) 0/1 mask."""
+    L = max(len(s) for s in seqs)
+    ids = torch.tensor([s + [pad_id] * (L - len(s)) for s in seqs], device=device)
+    mask = torch.tensor([[1] * len(s) + [0] * (L - len(s)) for s in seqs], device=device)
+    return ids, mask

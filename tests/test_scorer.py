@@ -1,0 +1,103 @@
+"""The fast action scorer matches the naive full-sequence computation, with and without gradients."""
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from glamrl.config import ModelConfig
+from glamrl.envs.actions import ACTION_NAMES
+from glamrl.llm import ActionScorer, load_model, reference_log_likelihoods
+
+PROMPTS = [
+    "Possible action of the agent: turn left, turn right, go forward, pick up, drop, toggle \n "
+    "Goal of the agent: go to the red ball \n Observation 0: You see a wall 2 steps forward, "
+    "You see a red ball 1 step left and 2 steps forward, \n Action 0: turn left \n "
+    "Observation 1: You see a red ball 2 steps forward, \n Action 1: ",
+    "Goal of the agent: pick up the blue key \n Observation 0: You see a wall 1 step left, \n Action 0: ",
+    "Goal of the agent: open the door \n Action 0: ",
+]
+ACTIONS = [*ACTION_NAMES, "go to the purple box then pick up"]  # single- and multi-token candidates
+
+
+def _scorer(name: str, normalize: bool = False, attn: str | None = None) -> ActionScorer:
+    torch.manual_seed(0)
+    loaded = load_model(ModelConfig(name=name, device="cpu"))
+    if attn is not None:
+        loaded.model.config._attn_implementation = attn
+    return ActionScorer(loaded.model, loaded.tokenizer, loaded.is_seq2seq, normalize_by_length=normalize)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
+@pytest.mark.parametrize("normalize", [False, True])
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_fast_scores_match_naive(name, normalize, attn):
+    scorer = _scorer(name, normalize, attn)
+    with torch.inference_mode():
+        fast = scorer(PROMPTS, ACTIONS).log_likelihoods
+        naive = reference_log_likelihoods(scorer, PROMPTS, ACTIONS)
+    assert fast.shape == (len(PROMPTS), len(ACTIONS))
+    torch.testing.assert_close(fast, naive, atol=1e-4, rtol=0)
+    assert (fast < 0).all()
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
+def test_normalisation_divides_by_token_count(name):
+    plain, normalized = _scorer(name), _scorer(name, normalize=True)
+    lengths = torch.tensor([len(plain.action_token_ids(a)) for a in ACTIONS], dtype=torch.float32)
+    assert lengths.max() > 1
+    with torch.no_grad():
+        torch.testing.assert_close(normalized(PROMPTS, ACTIONS).log_likelihoods,
+                                   plain(PROMPTS, ACTIONS).log_likelihoods / lengths)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
+def test_gradients_after_inference_mode(name):
+    scorer = _scorer(name)
+    with torch.inference_mode():  # caches the packed actions, which must still serve the grad pass
+        scorer(PROMPTS, ACTIONS)
+    scores = scorer(PROMPTS, ACTIONS)
+    (scores.log_likelihoods.sum() + scores.hidden.sum()).backward()
+    grads = [p.grad for p in scorer.model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert scorer.model.get_input_embeddings().weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
+def test_hidden_only_matches_scoring_pass(name):
+    scorer = _scorer(name)
+    with torch.no_grad():
+        torch.testing.assert_close(scorer(PROMPTS, None).hidden, scorer(PROMPTS, ACTIONS).hidden)
+        assert scorer(PROMPTS, None).log_likelihoods is None
+
+
+def test_scores_do_not_depend_on_batch_padding():
+    scorer = _scorer("tiny-llama")
+    with torch.no_grad():
+        batched = scorer(PROMPTS, ACTIONS).log_likelihoods
+        alone = torch.cat([scorer([p], ACTIONS).log_likelihoods for p in PROMPTS])
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=0)
+
+
+def _bpe_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained offline on prompt-like text: the space merges into the next word."""
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    corpus = [p + a for p in PROMPTS for a in ACTION_NAMES] * 20
+    core.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>"],
+                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>")
+
+
+def test_bpe_boundary_moves_the_space_onto_the_action():
+    tokenizer = _bpe_tokenizer()
+    scorer = ActionScorer(model=None, tokenizer=tokenizer, is_seq2seq=False)
+    prompt = PROMPTS[1]
+    for action in ACTION_NAMES:
+        naive_split = tokenizer(prompt).input_ids + tokenizer(action).input_ids
+        joined = tokenizer(prompt + action).input_ids
+        ours = tokenizer(scorer.prompt_text(prompt)).input_ids + scorer.action_token_ids(action)
+        assert ours == joined
+        assert tokenizer.convert_ids_to_tokens(scorer.action_token_ids(action))[0].startswith("Ġ")
+    assert naive_split != joined  # the trap the scorer avoids: "Ġ" + "turn" instead of "Ġturn"
