@@ -58,7 +58,7 @@ def main() -> None:
     policy = LLMPolicy(ModelConfig(name=args.model, dtype=args.dtype, device="cpu", lora=args.lora), ACTION_NAMES)
     n = args.envs * args.steps
     prompts = real_prompts(n + args.envs)
-    tokens = [len(policy.tokenizer(p)["input_ids"]) for p in prompts[:n]]
+    tokens = [len(policy.scorer.tokenizer(p).input_ids) for p in prompts[:n]]
     print(f"model {args.model} ({args.dtype}{', LoRA' if args.lora else ''}), torch threads {torch.get_num_threads()}, "
           f"prompt tokens mean {np.mean(tokens):.0f} (min {min(tokens)}, max {max(tokens)})")
 

@@ -26,7 +26,7 @@ from glamrl.config import ConfigError, TrainConfig, apply_overrides, from_dict
 from glamrl.envs import make_vector_env
 from glamrl.llm.policy import LLMPolicy
 from glamrl.rl.gae import compute_gae
-from glamrl.rl.ppo import ppo_loss
+from glamrl.rl.ppo import PPOLoss, ppo_loss
 from glamrl.rollout import evaluate, step
 from glamrl.runlog import RunLogger, episode_stats
 
@@ -175,7 +175,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                             f"non-finite PPO loss at update {update + 1}, epoch {epoch + 1}; "
                             f"the last good checkpoint is in {run_dir / 'checkpoints'} (try a lower ppo.lr)")
                     (loss.loss * len(chunk) / len(mb_idx)).backward()
-                    mb_stats.append(loss)
+                    mb_stats.append(PPOLoss(*(term.detach() for term in vars(loss).values())))
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, p.max_grad_norm)
                 optimizer.step()
                 stats.append((mb_stats, float(grad_norm)))
@@ -227,6 +227,6 @@ def evaluate_policy(cfg: TrainConfig, policy: LLMPolicy) -> dict[str, Any]:
 def _mean_losses(stats: list[tuple[list[Any], float]]) -> dict[str, float]:
     """Average each loss term over all minibatches of the update."""
     names = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
-    out = {name: float(np.mean([float(getattr(l, name)) for mb, _ in stats for l in mb])) for name in names}
+    out = {name: float(np.mean([getattr(l, name).item() for mb, _ in stats for l in mb])) for name in names}
     out["grad_norm"] = float(np.mean([g for _, g in stats]))
     return out

@@ -18,9 +18,18 @@ TINY = [
     "env.id=BabyAI-TurnToObject-v0", "env.num_envs=8", "env.seed=3",
     "model.name=tiny-llama", "model.device=cpu",
     "ppo.num_steps=8", "ppo.minibatch_size=32", "ppo.epochs=4", "ppo.lr=1e-3",
-    "ppo.gamma=0.99", "ppo.gae_lambda=0.95", "ppo.reward_scale=1.0", "ppo.max_grad_norm=1.0",
+    "ppo.gae_lambda=0.95", "ppo.norm_adv=true", "ppo.max_grad_norm=1.0", "model.normalize_by_length=true",
     "run.tensorboard=false",
 ]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread (and do not fight a second process for the cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def test_ppo_learns_to_turn_towards_the_object_named_in_the_text(tmp_path):
@@ -68,8 +77,9 @@ def test_resume_after_sigkill_has_no_duplicate_or_missing_rows(tmp_path):
     overrides = [*TINY, "ppo.total_frames=1600"]  # 25 updates
     cfg_file = tmp_path / "tiny.yaml"
     cfg_file.write_text("")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([*args, "--config", str(cfg_file), *overrides],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     log = run / "log.csv"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -81,7 +91,7 @@ def test_resume_after_sigkill_has_no_duplicate_or_missing_rows(tmp_path):
     killed_at = load_checkpoint(run)["update"]
     assert killed_at >= 2
 
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     assert f"resuming {run} after update {killed_at}" in done.stdout
     rows = read_log(run)
