@@ -103,14 +103,14 @@ def make_eval_agent(args: argparse.Namespace, envs):
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from glamrl.config import load_train_config
+    from glamrl.config import ConfigError, load_train_config
     from glamrl.plot import plot_runs
     from glamrl.train import default_run_dir, resolve_config, train
 
     cfg = load_train_config(args.config, args.overrides) if args.config else None
     run_dir = args.run_dir or (default_run_dir(cfg) if cfg else None)
     if run_dir is None:
-        raise ValueError("give --config (a new run) or --run-dir (a run to resume)")
+        raise ConfigError("give --config (a new run) or --run-dir (a run to resume)")
     cfg, resume = resolve_config(run_dir, cfg, args.overrides)
     result = train(cfg, run_dir, resume=resume, progress=not args.no_progress)
     png = plot_runs([run_dir], run_dir / "curves.png")
@@ -132,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("glamrl: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError, RuntimeError, ImportError) as err:
-        # Named errors of glamrl (ConfigError, UnknownEnvError, ModelLoadError, CheckpointError,
-        # TrainingDiverged) all derive from these: one line, no traceback.
+    except Exception as err:
+        if not type(err).__module__.startswith("glamrl."):
+            raise  # a bug, not bad input: keep the traceback
+        # glamrl's named errors (ConfigError, UnknownEnvError, ModelLoadError, CheckpointError,
+        # TrainingDiverged, ...) say what is wrong in one line
         print(f"glamrl: error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -98,3 +98,10 @@ def test_resume_after_sigkill_has_no_duplicate_or_missing_rows(tmp_path):
     assert [r["update"] for r in rows] == list(range(1, 26))
     assert [r["frames"] for r in rows] == [64 * u for u in range(1, 26)]
     assert load_checkpoint(run)["update"] == 25
+
+
+def test_npae_action_heads_train_through_the_same_loop(tmp_path):
+    cfg = load_train_config(None, [*TINY, "ppo.total_frames=64", "model.pretrained=false", "model.use_action_heads=true"])
+    result = train(cfg, tmp_path / "run", progress=False, say=lambda _: None)
+    state = load_checkpoint(tmp_path / "run")
+    assert result.updates == 1 and any(k.startswith("action_heads.") for k in state["policy"])

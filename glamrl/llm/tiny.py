@@ -26,6 +26,7 @@ closed locked door key ball box red green blue purple yellow grey gray first
 tu vois un une mur à pas devant gauche droite et portes clef clé balle boîte porte rouge vert verte bleu
 bleue violet violette jaune gris grise ouverte fermée verrouillée tourner aller tout droit prendre lâcher
 basculer va vers la le les ramasse ouvre puis après mets côté de action objectif observation possible
+attraper attrapé avoir être allé ouvrir ouvert mettre mis toi ta derrière au du objet d l
 """
 _PUNCTUATION = (",", ":", ".", "'", "-")
 VOCABULARY: tuple[str, ...] = tuple(dict.fromkeys(
