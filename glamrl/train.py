@@ -23,7 +23,7 @@ from tqdm import tqdm
 from glamrl.agents.llm import LLMAgent
 from glamrl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from glamrl.config import ConfigError, TrainConfig, apply_overrides, from_dict
-from glamrl.envs import make_vector_env
+from glamrl.envs import make_vector_env_from_config
 from glamrl.llm.policy import LLMPolicy
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import PPOLoss, ppo_loss
@@ -73,11 +73,6 @@ def make_agent(cfg: TrainConfig, policy: LLMPolicy, greedy: bool = False) -> LLM
     return LLMAgent(policy, cfg.env.num_envs, cfg.prompt.actions, cfg.prompt.nbr_obs, cfg.env.language, greedy)
 
 
-def make_envs(cfg: TrainConfig):
-    return make_vector_env(cfg.env.id, cfg.env.num_envs, task=cfg.env.task,
-                           language=cfg.env.language, max_steps=cfg.env.max_steps)
-
-
 def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool = True,
           say=print) -> TrainResult:
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -93,7 +88,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     policy = LLMPolicy(cfg.model, cfg.prompt.actions)
     params = [w for w in policy.parameters() if w.requires_grad]
     optimizer = torch.optim.Adam(params, lr=p.lr, betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps)
-    envs = make_envs(cfg)
+    envs = make_vector_env_from_config(cfg.env)
     agent = make_agent(cfg, policy)
     update, frames, episodes = 0, 0, 0
     if state is not None:
@@ -216,7 +211,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
 
 def evaluate_policy(cfg: TrainConfig, policy: LLMPolicy) -> dict[str, Any]:
     """The policy's success on fresh evaluation episodes (seeds apart from training)."""
-    envs = make_envs(cfg)
+    envs = make_vector_env_from_config(cfg.env)
     agent = make_agent(cfg, policy, greedy=cfg.run.eval_greedy)
     try:
         return evaluate(envs, agent, cfg.run.eval_episodes, seed=cfg.env.seed + EVAL_SEED_OFFSET)
