@@ -8,9 +8,11 @@ log → checkpoint. A run directory holds everything; running again on it resume
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,12 +75,20 @@ def make_agent(cfg: TrainConfig, policy: LLMPolicy, greedy: bool = False) -> LLM
     return LLMAgent(policy, cfg.env.num_envs, cfg.prompt.actions, cfg.prompt.nbr_obs, cfg.env.language, greedy)
 
 
+def write_config(cfg: TrainConfig, run_dir: Path) -> None:
+    """RUN_DIR/config.yaml, written atomically: a run directory keeps the config it was started with."""
+    tmp = run_dir / ".config.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    os.replace(tmp, run_dir / "config.yaml")
+
+
 def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool = True,
-          say=print) -> TrainResult:
+          say: Callable[[str], None] = print) -> TrainResult:
+    """Train (or resume, from RUN_DIR's last checkpoint) the LLM agent `cfg` describes."""
     run_dir.mkdir(parents=True, exist_ok=True)
     state = load_checkpoint(run_dir) if resume else None
     if not resume:
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        write_config(cfg, run_dir)
     seed_everything(cfg.env.seed)
     p = cfg.ppo
     N, T = cfg.env.num_envs, p.num_steps
@@ -90,16 +100,16 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     optimizer = torch.optim.Adam(params, lr=p.lr, betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps)
     envs = make_vector_env_from_config(cfg.env)
     agent = make_agent(cfg, policy)
-    update, frames, episodes = 0, 0, 0
+    update, frames, episodes, duration = 0, 0, 0, 0.0
     if state is not None:
         policy.load_trainable_state_dict(state["policy"])
         optimizer.load_state_dict(state["optimizer"])
         set_rng_state(state["rng"])
-        update, frames, episodes = state["update"], state["frames"], state["episodes"]
+        update, frames, episodes, duration = state["update"], state["frames"], state["episodes"], state["duration"]
         say(f"resuming {run_dir} after update {update} ({frames} frames)")
 
     success_before = None
-    if state is None and update == 0 and cfg.run.eval_episodes:
+    if state is None and cfg.run.eval_episodes:
         success_before = evaluate_policy(cfg, policy)["success_rate"]
         say(f"success rate before training: {success_before:.3f} ({cfg.run.eval_episodes} episodes)")
 
@@ -119,7 +129,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     recent = deque(maxlen=100)  # (success, return) of the last episodes, for the progress bar
 
     bar = tqdm(total=num_updates * cfg.batch_size, initial=frames, unit="frame", disable=not progress)
-    start_time = time.time()
+    start_time = time.time() - duration
     while update < num_updates:
         update_start = time.time()
         finished = []
@@ -193,7 +203,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
             save_checkpoint(run_dir, {
                 "policy": policy.trainable_state_dict(), "optimizer": optimizer.state_dict(),
                 "rng": rng_state(), "update": update, "frames": frames, "episodes": episodes,
-                "config": cfg.to_dict(),
+                "duration": metrics["duration"], "config": cfg.to_dict(),
             })
         bar.update(cfg.batch_size)
         if recent:
