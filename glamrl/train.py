@@ -28,11 +28,13 @@ from glamrl.config import ConfigError, TrainConfig, apply_overrides, from_dict
 from glamrl.envs import make_vector_env_from_config
 from glamrl.llm.policy import LLMPolicy
 from glamrl.rl.gae import compute_gae
-from glamrl.rl.ppo import PPOLoss, ppo_loss
+from glamrl.rl.buffer import RolloutBuffer
+from glamrl.rl.ppo import accumulate_gradients
 from glamrl.rollout import evaluate, step
 from glamrl.runlog import RunLogger, episode_stats
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training ones
+LOSS_TERMS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
 
 
 class TrainingDiverged(RuntimeError):
@@ -117,17 +119,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                        tensorboard=cfg.run.tensorboard)
     obs, _ = envs.reset(seed=cfg.env.seed + update * N)  # a resumed run starts fresh episodes
 
-    # ---- rollout storage: (T, N)
-    prompts: list[list[str]] = [[] for _ in range(T)]
-    actions = torch.zeros(T, N, dtype=torch.long)
-    log_probs = torch.zeros(T, N)
-    values = torch.zeros(T, N)
-    rewards = torch.zeros(T, N)
-    terminated = torch.zeros(T, N, dtype=torch.bool)
-    truncated = torch.zeros(T, N, dtype=torch.bool)
-    final_values = torch.zeros(T, N)
-    recent = deque(maxlen=100)  # (success, return) of the last episodes, for the progress bar
-
+    buffer = RolloutBuffer(T, N)
+    recent = deque(maxlen=100)  # success of the last episodes, for the progress bar
     bar = tqdm(total=num_updates * cfg.batch_size, initial=frames, unit="frame", disable=not progress)
     start_time = time.time() - duration
     while update < num_updates:
@@ -137,58 +130,48 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         # ---- 1. collect T steps in N envs
         for t in range(T):
             s = step(envs, agent, obs)
-            prompts[t] = s.decision.prompts
-            actions[t] = torch.as_tensor(s.decision.actions)
-            log_probs[t], values[t] = s.decision.log_probs, s.decision.values
-            rewards[t] = torch.as_tensor(s.rewards) * p.reward_scale
-            terminated[t], truncated[t] = torch.as_tensor(s.terminated), torch.as_tensor(s.truncated)
+            d = s.decision
+            buffer.add(t, d.prompts, d.actions, d.log_probs, d.values, s.rewards * p.reward_scale,
+                       s.terminated, s.truncated)
             cut = np.flatnonzero(s.truncated & ~s.terminated)
             if len(cut):  # bootstrap a time-limit cut from V(final observation)
                 final = [s.infos["final_obs"][i] for i in cut]
                 final_obs = {"mission": [o["mission"] for o in final], "descriptions": [o["descriptions"] for o in final]}
-                final_values[t, cut] = agent.values(final_obs, cut)
+                buffer.final_values[t, cut] = agent.values(final_obs, cut)
             agent.end_episodes(s.done)
             finished += s.episodes
             obs = s.next_obs
         frames += cfg.batch_size
         episodes += len(finished)
-        recent.extend((e.success, e.episode_return) for e in finished)
+        recent.extend(e.success for e in finished)
         collect_time = time.time() - update_start
 
         # ---- 2. bootstrap value if not done, then GAE
-        next_value = agent.values(obs, range(N))                              # (N,)
-        advantages, returns = compute_gae(rewards, values, terminated, truncated, final_values,
-                                          next_value, p.gamma, p.gae_lambda)  # (T, N)
+        next_value = agent.values(obs, range(N))                                       # (N,)
+        advantages, returns = compute_gae(buffer.rewards, buffer.values, buffer.terminated, buffer.truncated,
+                                          buffer.final_values, next_value, p.gamma, p.gae_lambda)  # (T, N)
 
         # ---- 3. flatten the batch: (T, N) -> (T * N,)
-        b_prompts = [text for row in prompts for text in row]
-        b_actions, b_log_probs = actions.reshape(-1), log_probs.reshape(-1)
-        b_values, b_advantages, b_returns = values.reshape(-1), advantages.reshape(-1), returns.reshape(-1)
+        batch = buffer.flatten(advantages, returns)
 
         # ---- 4. optimise the policy and value over epochs of minibatches
-        stats = []
+        stats: list[dict[str, float]] = []  # one entry per forward/backward chunk
         for epoch in range(p.epochs):
-            for mb_idx in torch.randperm(cfg.batch_size).split(p.minibatch_size):
+            for mb_idx in torch.randperm(len(batch)).split(p.minibatch_size):
                 optimizer.zero_grad(set_to_none=True)
-                mb_stats = []
-                for chunk in mb_idx.tensor_split(p.grad_accum):
-                    out = policy([b_prompts[i] for i in chunk.tolist()], cfg.prompt.actions)
-                    loss = ppo_loss(out.log_probs.float(), out.values.float(), b_actions[chunk], b_log_probs[chunk],
-                                    b_values[chunk], b_advantages[chunk], b_returns[chunk], p)
-                    if not torch.isfinite(loss.loss):
-                        raise TrainingDiverged(
-                            f"non-finite PPO loss at update {update + 1}, epoch {epoch + 1}; "
-                            f"the last good checkpoint is in {run_dir / 'checkpoints'} (try a lower ppo.lr)")
-                    (loss.loss * len(chunk) / len(mb_idx)).backward()
-                    mb_stats.append(PPOLoss(*(term.detach() for term in vars(loss).values())))
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, p.max_grad_norm)
+                try:
+                    stats += accumulate_gradients(policy, batch, mb_idx, cfg.prompt.actions, p)
+                except FloatingPointError:
+                    raise TrainingDiverged(
+                        f"non-finite PPO loss at update {update + 1}, epoch {epoch + 1}; "
+                        f"the last good checkpoint is in {run_dir / 'checkpoints'} (try a lower ppo.lr)") from None
+                stats[-1]["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, p.max_grad_norm).item()
                 optimizer.step()
-                stats.append((mb_stats, float(grad_norm)))
         update += 1
         update_time = time.time() - update_start - collect_time
 
         # ---- 5. log, then checkpoint (a kill in between replays this update on resume)
-        y, v = b_returns, b_values
+        y, v = batch.returns, batch.values
         explained = float(1 - (y - v).var() / y.var()) if y.var() > 0 else float("nan")
         metrics = {
             "update": update, "frames": frames, "episodes": episodes,
@@ -196,7 +179,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
             "collect_FPS": cfg.batch_size / collect_time,
             **episode_stats([e.episode_return for e in finished], [e.episode_length for e in finished],
                             [e.success for e in finished]),
-            **_mean_losses(stats), "explained_variance": explained,
+            **{name: float(np.nanmean([st.get(name, np.nan) for st in stats])) for name in LOSS_TERMS},
+            "explained_variance": explained,
         }
         logger.log(metrics)
         if update % cfg.run.checkpoint_every == 0 or update == num_updates:
@@ -207,7 +191,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
             })
         bar.update(cfg.batch_size)
         if recent:
-            bar.set_postfix(fps=f"{metrics['FPS']:.1f}", success=f"{np.mean([r[0] for r in recent]):.2f}")
+            bar.set_postfix(fps=f"{metrics['FPS']:.1f}", success=f"{np.mean(recent):.2f}")
     bar.close()
     logger.close()
     envs.close()
@@ -227,11 +211,3 @@ def evaluate_policy(cfg: TrainConfig, policy: LLMPolicy) -> dict[str, Any]:
         return evaluate(envs, agent, cfg.run.eval_episodes, seed=cfg.env.seed + EVAL_SEED_OFFSET)
     finally:
         envs.close()
-
-
-def _mean_losses(stats: list[tuple[list[Any], float]]) -> dict[str, float]:
-    """Average each loss term over all minibatches of the update."""
-    names = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
-    out = {name: float(np.mean([getattr(l, name).item() for mb, _ in stats for l in mb])) for name in names}
-    out["grad_norm"] = float(np.mean([g for _, g in stats]))
-    return out

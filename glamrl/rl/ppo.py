@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import torch
 
 from glamrl.config import PPOConfig
+from glamrl.rl.buffer import Batch
 
 
 @dataclass
@@ -33,8 +37,6 @@ def ppo_loss(
     new_log_probs = log_probs.gather(1, actions[:, None]).squeeze(1)  # (B,)
     log_ratio = new_log_probs - old_log_probs
     ratio = log_ratio.exp()
-    if cfg.norm_adv and advantages.numel() > 1:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
     surrogate = ratio * advantages
     surrogate_clipped = ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * advantages
@@ -49,3 +51,28 @@ def ppo_loss(
         approx_kl = ((ratio - 1) - log_ratio).mean()
         clipfrac = ((ratio - 1).abs() > cfg.clip_eps).float().mean()
     return PPOLoss(loss, policy_loss, value_loss, entropy, approx_kl, clipfrac)
+
+
+def accumulate_gradients(
+    policy: Callable[[list[str], Sequence[str]], Any],
+    batch: Batch,
+    mb_idx: torch.Tensor,           # (M,) indices of one minibatch in `batch`
+    action_names: Sequence[str],
+    cfg: PPOConfig,
+) -> list[dict[str, float]]:
+    """Backward the PPO loss of one minibatch in `cfg.grad_accum` chunks; the gradients
+    equal those of the whole minibatch at once. Returns each chunk's loss terms."""
+    advantages = batch.advantages[mb_idx]                           # (M,)
+    if cfg.norm_adv and len(mb_idx) > 1:  # over the minibatch, not the chunk
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    stats = []
+    for chunk in torch.arange(len(mb_idx)).tensor_split(cfg.grad_accum):
+        idx = mb_idx[chunk]                                          # (C,)
+        out = policy([batch.prompts[i] for i in idx.tolist()], action_names)
+        loss = ppo_loss(out.log_probs.float(), out.values.float(), batch.actions[idx], batch.log_probs[idx],
+                        batch.values[idx], advantages[chunk], batch.returns[idx], cfg)
+        if not torch.isfinite(loss.loss):
+            raise FloatingPointError("non-finite PPO loss")
+        (loss.loss * len(idx) / len(mb_idx)).backward()
+        stats.append({name: term.item() for name, term in vars(loss).items()})
+    return stats
