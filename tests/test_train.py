@@ -33,14 +33,15 @@ def one_thread():
 
 
 def test_ppo_learns_to_turn_towards_the_object_named_in_the_text(tmp_path):
-    cfg = load_train_config(None, [*TINY, "ppo.total_frames=2560", "run.eval_episodes=200"])
+    # 60 updates: seeds 1, 3, 5 reached >= 0.97 (seeds 2, 4: >= 0.99 by 40 updates; seed 3 sat at 0.6 there)
+    cfg = load_train_config(None, [*TINY, "ppo.total_frames=3840", "run.eval_episodes=200"])
     result = train(cfg, tmp_path / "run", progress=False, say=lambda _: None)
     print(f"success {result.success_before:.2f} -> {result.success_after:.2f}")
     assert result.success_before < 0.6  # only one of six actions succeeds
     assert result.success_after >= 0.9
     rows = read_log(tmp_path / "run")
-    assert [r["update"] for r in rows] == list(range(1, 41))
-    assert rows[-1]["frames"] == 2560
+    assert [r["update"] for r in rows] == list(range(1, 61))
+    assert rows[-1]["frames"] == 3840
 
 
 def test_checkpoint_holds_trained_weights_and_resume_continues(tmp_path):

@@ -55,7 +55,7 @@ class LLMAgent:
     @torch.inference_mode()
     def values(self, obs: dict[str, Any], envs: Sequence[int]) -> torch.Tensor:
         """V of observation `obs` (batched over `envs`) without recording it: (len(envs),)."""
-        return self.policy(self.prompts(obs, envs), self.action_names).values.float().cpu()
+        return self.policy.values(self.prompts(obs, envs)).float().cpu()
 
     def end_episodes(self, done: np.ndarray) -> None:
         for history, d in zip(self.histories, done):

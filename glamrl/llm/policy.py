@@ -67,6 +67,12 @@ class LLMPolicy(nn.Module):
         return PolicyOutput(log_probs=F.log_softmax(logits.float(), dim=-1), values=self.value_head(hidden),
                             action_log_likelihoods=scores.log_likelihoods)
 
+    def values(self, prompts: Sequence[str]) -> Tensor:
+        """V(prompt) alone, (B,): encodes the prompts without scoring any action."""
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+            hidden = self.scorer(prompts, None).hidden.float()                    # (B, H)
+        return self.value_head(hidden)
+
     # ------------------------------------------------------------------- checkpoints
     def trainable_state_dict(self) -> dict[str, Tensor]:
         """The trainable parameters only (detached, not copied): all weights + heads, or adapters + heads with LoRA."""
