@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from glamrl.errors import GlamrlError
+
 LAST, BACKUP = "last.pt", "backup.pt"
 # Leaf types a weights_only load accepts (with tensors, dict, OrderedDict, list, tuple).
 _PLAIN = (str, int, float, bool, type(None), torch.dtype, torch.device)
@@ -32,7 +34,7 @@ _PLAIN = (str, int, float, bool, type(None), torch.dtype, torch.device)
 _UNREADABLE = (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile)
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(GlamrlError, RuntimeError):
     """No readable checkpoint although checkpoint files exist."""
 
 

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from glamrl.errors import GlamrlError
+
 EXAMPLES = """examples:
   glamrl eval --agent bot --env BabyAI-MixedTestLocal-v0 --episodes 200
   glamrl eval --agent llm --model smollm2-135m --env BabyAI-MixedTrainLocal-v0 --episodes 50
@@ -132,11 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("glamrl: interrupted", file=sys.stderr)
         return 130
-    except Exception as err:
-        if not type(err).__module__.startswith("glamrl."):
-            raise  # a bug, not bad input: keep the traceback
-        # glamrl's named errors (ConfigError, UnknownEnvError, ModelLoadError, CheckpointError,
-        # TrainingDiverged, ...) say what is wrong in one line
+    except GlamrlError as err:  # bad input: one line; anything else is a bug and keeps its traceback
         print(f"glamrl: error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -13,14 +13,18 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from glamrl.envs.actions import ACTION_NAMES
+from glamrl.errors import GlamrlError
+
+if TYPE_CHECKING:
+    from gymnasium.vector import SyncVectorEnv
 
 
-class ConfigError(ValueError):
+class ConfigError(GlamrlError, ValueError):
     """A configuration value is unknown, of the wrong type or impossible."""
 
 
@@ -44,6 +48,13 @@ class EnvConfig:
         _check(self.num_envs >= 1, "env.num_envs must be >= 1")
         _check(self.language in ("en", "fr"), f"env.language must be 'en' or 'fr', got {self.language!r}")
         _check(self.max_steps is None or self.max_steps >= 1, "env.max_steps must be >= 1 or null")
+
+    def make_vector_env(self) -> SyncVectorEnv:
+        """The vector env this section describes (not yet reset: call `reset(seed=self.seed)`)."""
+        from glamrl.envs.factory import make_vector_env
+
+        return make_vector_env(self.id, self.num_envs, task=self.task, language=self.language,
+                               max_steps=self.max_steps)
 
 
 # -------------------------------------------------------------------------- prompt

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from glamrl.errors import GlamrlError
+
 CSV_COLUMNS = (
     "update", "episodes", "frames", "FPS", "duration",
     "return_mean", "return_std", "return_min", "return_max", "success_rate",
@@ -29,7 +31,7 @@ LOSS_COLUMNS = {"entropy", "policy_loss", "value_loss", "loss", "grad_norm",
 TB_RENAMES = {"return_mean": "charts/episodic_return", "num_frames_mean": "charts/episodic_length"}
 
 
-class LogNotFoundError(FileNotFoundError):
+class LogNotFoundError(GlamrlError, FileNotFoundError):
     """A run directory has no log.csv."""
 
 

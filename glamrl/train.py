@@ -22,10 +22,10 @@ import torch
 import yaml
 from tqdm import tqdm
 
+from glamrl.errors import GlamrlError
 from glamrl.agents.llm import LLMAgent
 from glamrl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from glamrl.config import ConfigError, TrainConfig, apply_overrides, from_dict
-from glamrl.envs import make_vector_env_from_config
 from glamrl.llm.policy import LLMPolicy
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.buffer import RolloutBuffer
@@ -37,7 +37,7 @@ EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with train
 LOSS_TERMS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(GlamrlError, RuntimeError):
     """The PPO loss became NaN or infinite."""
 
 
@@ -100,7 +100,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     policy = LLMPolicy(cfg.model, cfg.prompt.actions)
     params = [w for w in policy.parameters() if w.requires_grad]
     optimizer = torch.optim.Adam(params, lr=p.lr, betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps)
-    envs = make_vector_env_from_config(cfg.env)
+    envs = cfg.env.make_vector_env()
     agent = make_agent(cfg, policy)
     update, frames, episodes, duration = 0, 0, 0, 0.0
     if state is not None:
@@ -205,7 +205,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
 
 def evaluate_policy(cfg: TrainConfig, policy: LLMPolicy) -> dict[str, Any]:
     """The policy's success on fresh evaluation episodes (seeds apart from training)."""
-    envs = make_vector_env_from_config(cfg.env)
+    envs = cfg.env.make_vector_env()
     agent = make_agent(cfg, policy, greedy=cfg.run.eval_greedy)
     try:
         return evaluate(envs, agent, cfg.run.eval_episodes, seed=cfg.env.seed + EVAL_SEED_OFFSET)

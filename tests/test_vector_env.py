@@ -5,7 +5,7 @@ import pytest
 
 from glamrl.agents.bot import BotAgent
 from glamrl.config import EnvConfig
-from glamrl.envs import finished_episodes, make_env, make_vector_env, make_vector_env_from_config
+from glamrl.envs import finished_episodes, make_env, make_vector_env
 
 
 def test_batched_observations_and_distinct_seeds():
@@ -54,7 +54,7 @@ def test_no_finished_episodes_in_a_plain_step():
 
 def test_from_config():
     cfg = EnvConfig(id="BabyAI-MixedTestLocal-v0", num_envs=2, task="open", language="fr")
-    envs = make_vector_env_from_config(cfg)
+    envs = cfg.make_vector_env()
     obs, infos = envs.reset(seed=cfg.seed)
     assert envs.num_envs == 2 and all(t == "open" for t in infos["task"])
     assert all(m.startswith("ouvrir la porte") for m in obs["mission"])

@@ -11,7 +11,7 @@ LEVEL_IDS: dict[str, tuple[str, dict]] = {
     "BabyAI-MixedTestLocal-v0": ("glamrl.envs.levels:MixedTestLocal", {}),
     "BabyAI-PickUpSeqGoToLocal-v0": ("glamrl.envs.levels:MixedTrainLocal", {"task": "pick_up_seq_go_to"}),
     "BabyAI-PickUpSeqPickUpLocal-v0": ("glamrl.envs.levels:MixedTestLocal", {"task": "pick_up_seq_pick_up"}),
-    "BabyAI-TurnToObject-v0": ("glamrl.envs.tiny:TurnToObjectLevel", {}),
+    "BabyAI-TurnToObject-v0": ("glamrl.envs.turn_to_object:TurnToObjectLevel", {}),
 }
 """glamrl's registered ids -> (entry point, constructor kwargs)."""
 
@@ -19,7 +19,7 @@ for _env_id, (_entry_point, _kwargs) in LEVEL_IDS.items():
     register(id=_env_id, entry_point=_entry_point, kwargs=_kwargs)
 
 _LAZY = {  # public names, imported on first use (minigrid takes a second to import)
-    "make_env": "factory", "make_vector_env": "factory", "make_vector_env_from_config": "factory",
+    "make_env": "factory", "make_vector_env": "factory",
     "finished_episodes": "factory", "EpisodeResult": "factory", "UnknownEnvError": "factory",
     "known_env_ids": "factory", "BabyAITextEnv": "text_env", "MixedTrainLocal": "levels", "MixedTestLocal": "levels",
     "UnknownTaskError": "levels", "TRAIN_TASKS": "levels", "TEST_TASKS": "levels",

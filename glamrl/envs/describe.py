@@ -22,6 +22,8 @@ import functools
 import numpy as np
 from minigrid.core.constants import IDX_TO_COLOR, IDX_TO_OBJECT, OBJECT_TO_IDX
 
+from glamrl.errors import GlamrlError
+
 LANGUAGES = ("en", "fr")
 
 VIEW = 7
@@ -31,7 +33,7 @@ UNSEEN, EMPTY, WALL, DOOR = (OBJECT_TO_IDX[name] for name in ("unseen", "empty",
 IDX_TO_STATE = {0: "open", 1: "closed", 2: "locked"}
 
 
-class UnknownLanguageError(ValueError):
+class UnknownLanguageError(GlamrlError, ValueError):
     """A language other than those in `LANGUAGES` was asked for."""
 
 

@@ -11,12 +11,12 @@ import minigrid  # noqa: F401  (registers minigrid's BabyAI-* ids)
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from glamrl.config import EnvConfig
+from glamrl.errors import GlamrlError
 from glamrl.envs.levels import UnknownTaskError
 from glamrl.envs.text_env import BabyAITextEnv
 
 
-class UnknownEnvError(ValueError):
+class UnknownEnvError(GlamrlError, ValueError):
     """An env id that is not a registered BabyAI level."""
 
 
@@ -72,11 +72,6 @@ def make_vector_env(env_id: str, num_envs: int, *, task: str | None = None, lang
 
     make_env(env_id, task=task, language=language)  # fail here, not inside the vector env
     return SyncVectorEnv([thunk] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
-
-
-def make_vector_env_from_config(cfg: EnvConfig) -> SyncVectorEnv:
-    """The vector env an `EnvConfig` describes (not yet reset: call `reset(seed=cfg.seed)`)."""
-    return make_vector_env(cfg.id, cfg.num_envs, task=cfg.task, language=cfg.language, max_steps=cfg.max_steps)
 
 
 def finished_episodes(infos: dict[str, Any]) -> list[EpisodeResult]:

@@ -22,6 +22,8 @@ from minigrid.envs.babyai.core.verifier import (
     PutNextInstr,
 )
 
+from glamrl.errors import GlamrlError
+
 TRAIN_TASKS = ("go_to", "pick_up", "open", "put_next", "pick_up_seq_go_to")
 TEST_TASKS = TRAIN_TASKS + ("pick_up_seq_pick_up",)
 """Task kinds; `pick_up_seq_pick_up` is the composition never seen in training."""
@@ -30,7 +32,7 @@ HELD_OUT_PAIRS = frozenset({("box", "yellow"), ("key", "red"), ("door", "red"), 
 """(type, colour) pairs that no training mission mentions and every test mission is made of."""
 
 
-class UnknownTaskError(ValueError):
+class UnknownTaskError(GlamrlError, ValueError):
     """A `task=` that the level does not offer."""
 
 

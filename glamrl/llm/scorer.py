@@ -21,10 +21,12 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from glamrl.errors import GlamrlError
+
 _CONTEXT = "Action:"  # actions are tokenized as the continuation of this text
 
 
-class ScoringError(ValueError):
+class ScoringError(GlamrlError, ValueError):
     """Actions or prompts the scorer cannot score (empty after tokenization, unsupported attention)."""
 
 
