@@ -77,19 +77,22 @@ def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any]) -> Path:
 
     Order: write and fsync a temp file; hard-link (or copy) last.pt to a second temp file
     and rename it over backup.pt; rename the first temp file over last.pt; fsync the
-    directory. Each rename is atomic, so last.pt is always a complete checkpoint.
-    Raises TypeError, before writing anything, if `state` holds values a safe load refuses.
+    directory. Each rename is atomic, so last.pt is always a complete checkpoint. A last.pt
+    that is damaged (a resume fell back to the backup) is never rotated into backup.pt: the
+    good backup stays until a newer good checkpoint exists.
+    Raises TypeError, before writing anything, if `state` holds values a safe load refuses,
+    and CheckpointError if the disk refuses the write (the previous checkpoints are kept).
     """
     _check_loadable(state)
     directory = checkpoint_dir(run_dir)
-    directory.mkdir(parents=True, exist_ok=True)
     new, old, last = directory / ".last.tmp", directory / ".backup.tmp", directory / LAST
     try:
+        directory.mkdir(parents=True, exist_ok=True)
         with open(new, "wb") as f:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
-        if last.exists():
+        if _intact(last):
             old.unlink(missing_ok=True)
             try:
                 os.link(last, old)
@@ -97,11 +100,23 @@ def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any]) -> Path:
                 shutil.copyfile(last, old)
             os.replace(old, directory / BACKUP)
         os.replace(new, last)
+        _fsync_dir(directory)
+    except OSError as err:
+        raise CheckpointError(f"could not write a checkpoint in {directory}: {err.strerror or err}; "
+                              f"the previous checkpoints there are kept") from None
     finally:  # the temp files of a failed save
         new.unlink(missing_ok=True)
         old.unlink(missing_ok=True)
-    _fsync_dir(directory)
     return last
+
+
+def _intact(path: Path) -> bool:
+    """Whether `path` is a complete torch checkpoint: a readable zip whose every CRC matches."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip() is None
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError):
+        return False
 
 
 def load_checkpoint(run_dir: str | os.PathLike) -> dict[str, Any] | None:

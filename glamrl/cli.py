@@ -27,6 +27,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="glamrl", description=__doc__, epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -36,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--agent", choices=("bot", "random", "llm"), required=True)
     ev.add_argument("--env", default="BabyAI-MixedTrainLocal-v0", help="BabyAI-Text level id")
     ev.add_argument("--episodes", type=positive_int, default=100)
-    ev.add_argument("--seed", type=int, default=1)
+    ev.add_argument("--seed", type=non_negative_int, default=1)
     ev.add_argument("--num-envs", type=positive_int, default=4)
     ev.add_argument("--task", default=None, help="restrict a Mixed level to one task kind")
     ev.add_argument("--language", choices=("en", "fr"), default="en")
@@ -50,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="fine-tune an LLM agent with PPO (resumes an existing run dir)")
     tr.add_argument("--config", type=Path, default=None, help="YAML config (not needed to resume)")
     tr.add_argument("--run-dir", type=Path, default=None, help="default: runs/{env}-{model}-seed{seed}")
+    tr.add_argument("--overwrite", action="store_true", help="delete what --run-dir holds and start afresh")
     tr.add_argument("--no-progress", action="store_true")
     tr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. ppo.lr=1e-5 env.num_envs=8")
 
@@ -62,7 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_eval(args: argparse.Namespace) -> None:
     from glamrl.envs import make_vector_env
     from glamrl.rollout import evaluate, format_table
+    from glamrl.rundir import check_writable_file
 
+    if args.out:
+        check_writable_file(args.out)
     envs = make_vector_env(args.env, args.num_envs, task=args.task, language=args.language)
     agent = make_eval_agent(args, envs)
     summary = evaluate(envs, agent, args.episodes, seed=args.seed, progress=True)
@@ -72,6 +86,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(summary, indent=2))
+        print(f"wrote {args.out}")
 
 
 def make_eval_agent(args: argparse.Namespace, envs):
@@ -90,9 +105,12 @@ def make_eval_agent(args: argparse.Namespace, envs):
 
     if args.run is not None:
         from glamrl.checkpoint import CheckpointError, load_checkpoint
-        from glamrl.train import resolve_config
+        from glamrl.config import read_run_config
 
-        cfg, _ = resolve_config(args.run, None, [])
+        cfg = read_run_config(args.run)
+        if cfg is None:
+            raise CheckpointError(f"{args.run} is not a glamrl run directory (no config.yaml); "
+                                  f"give --run a directory written by glamrl train")
         state = load_checkpoint(args.run)
         if state is None:
             raise CheckpointError(f"{args.run} has no checkpoint to evaluate")
@@ -105,17 +123,23 @@ def make_eval_agent(args: argparse.Namespace, envs):
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from glamrl.config import ConfigError, load_train_config
+    from glamrl.config import ConfigError, load_train_config, resolve_run_config
     from glamrl.plot import plot_runs
-    from glamrl.train import default_run_dir, resolve_config, train
+    from glamrl.rundir import clear_run_dir, run_lock
+    from glamrl.train import default_run_dir, train
 
     cfg = load_train_config(args.config, args.overrides) if args.config else None
     run_dir = args.run_dir or (default_run_dir(cfg) if cfg else None)
     if run_dir is None:
         raise ConfigError("give --config (a new run) or --run-dir (a run to resume)")
-    cfg, resume = resolve_config(run_dir, cfg, args.overrides)
-    result = train(cfg, run_dir, resume=resume, progress=not args.no_progress)
-    png = plot_runs([run_dir], run_dir / "curves.png")
+    if args.overwrite and cfg is None:
+        raise ConfigError("--overwrite starts a run afresh: give its --config")
+    with run_lock(run_dir):
+        if args.overwrite:
+            clear_run_dir(run_dir)
+        cfg, resume = resolve_run_config(run_dir, cfg, args.overrides)
+        result = train(cfg, run_dir, resume=resume, progress=not args.no_progress)
+        png = plot_runs([run_dir], run_dir / "curves.png")
     print(f"trained {result.updates} updates, {result.frames} frames; logs, checkpoints and {png.name} in {run_dir}")
     if result.success_before is not None and result.success_after is not None:
         print(f"success rate: {result.success_before:.3f} before -> {result.success_after:.3f} after")
@@ -123,7 +147,9 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def cmd_plot(args: argparse.Namespace) -> None:
     from glamrl.plot import plot_runs
+    from glamrl.rundir import check_writable_file
 
+    check_writable_file(args.out)
     print(plot_runs(args.runs, args.out))
 
 

@@ -9,8 +9,11 @@ message that names the field and says what to change.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +48,9 @@ class EnvConfig:
     """episode length limit; None keeps the level's own."""
 
     def __post_init__(self) -> None:
+        _check(bool(self.id), "env.id must name a BabyAI level, e.g. BabyAI-MixedTrainLocal-v0")
         _check(self.num_envs >= 1, "env.num_envs must be >= 1")
+        _check(0 <= self.seed < 2**31, f"env.seed must be in [0, 2**31), got {self.seed}")
         _check(self.language in ("en", "fr"), f"env.language must be 'en' or 'fr', got {self.language!r}")
         _check(self.max_steps is None or self.max_steps >= 1, "env.max_steps must be >= 1 or null")
 
@@ -67,6 +72,7 @@ class PromptConfig:
 
     def __post_init__(self) -> None:
         _check(self.nbr_obs >= 1, "prompt.nbr_obs must be >= 1")
+        _check(all(a.strip() for a in self.actions), "prompt.actions must be non-empty names")
         _check(len(self.actions) == len(ACTION_NAMES),
                f"prompt.actions must name the {len(ACTION_NAMES)} actions in order {list(ACTION_NAMES)}")
         _check(len(set(self.actions)) == len(self.actions), "prompt.actions must be distinct")
@@ -93,8 +99,11 @@ class ModelConfig:
     lora: bool = False
     """train LoRA adapters (and the heads) instead of all weights."""
     lora_r: int = 16
+    """rank of the LoRA adapters."""
     lora_alpha: int = 32
+    """LoRA scaling numerator (the update is scaled by lora_alpha / lora_r)."""
     lora_dropout: float = 0.0
+    """dropout on the adapters' input, in [0, 1)."""
     lora_target_modules: list[str] | None = None
     """None: the family's attention and MLP projections."""
 
@@ -102,17 +111,175 @@ class ModelConfig:
         _check(self.dtype in ("float32", "bfloat16"), f"model.dtype must be float32 or bfloat16, got {self.dtype!r}")
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
                f"model.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
+        _check(bool(self.name), "model.name must name a model (smollm2-135m, a directory, a .gguf file)")
         _check(self.lora_r >= 1, "model.lora_r must be >= 1")
+        _check(self.lora_alpha > 0, f"model.lora_alpha must be > 0, got {self.lora_alpha}")
+        _check(0 <= self.lora_dropout < 1, f"model.lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        _check(self.lora_target_modules is None or len(self.lora_target_modules) > 0,
+               "model.lora_target_modules must list at least one module name, or be null for the defaults")
         _check(not (self.load_embedding and self.pretrained),
                "model.load_embedding only applies with model.pretrained=false")
 
 
+# ----------------------------------------------------------------------------- ppo
+@dataclass
+class PPOConfig:
+    total_frames: int = 1_500_000
+    """environment steps of the whole run, all envs (and processes) together."""
+    num_steps: int = 40
+    """frames collected per env per update (GLAM's frames_per_proc)."""
+    lr: float = 1e-6
+    """Adam learning rate."""
+    adam_beta1: float = 0.9
+    """Adam's first-moment decay, in [0, 1)."""
+    adam_beta2: float = 0.999
+    """Adam's second-moment decay, in [0, 1)."""
+    adam_eps: float = 1e-5
+    """Adam's denominator epsilon, > 0."""
+    epochs: int = 4
+    """passes over each rollout."""
+    minibatch_size: int = 64
+    """transitions per optimizer step."""
+    grad_accum: int = 1
+    """split each minibatch into this many forward/backward chunks (memory, not maths)."""
+    clip_eps: float = 0.2
+    """clip range of the policy ratio and of the value change."""
+    gamma: float = 0.99
+    """discount factor, in [0, 1]."""
+    gae_lambda: float = 0.99
+    """GAE's lambda, in [0, 1]."""
+    entropy_coef: float = 0.01
+    """weight of the entropy bonus, >= 0."""
+    value_coef: float = 0.5
+    """weight of the value loss, >= 0."""
+    max_grad_norm: float = 0.5
+    """clip the gradient's global norm to this, > 0."""
+    reward_scale: float = 20.0
+    """GLAM trains on 20 x the env reward."""
+    norm_adv: bool = False
+    """normalise advantages per minibatch (GLAM does not)."""
+
+    def __post_init__(self) -> None:
+        for name in ("total_frames", "num_steps", "epochs", "minibatch_size", "grad_accum"):
+            _check(getattr(self, name) >= 1, f"ppo.{name} must be >= 1")
+        _check(self.lr > 0, f"ppo.lr must be > 0, got {self.lr}")
+        for name in ("adam_beta1", "adam_beta2"):
+            _check(0 <= getattr(self, name) < 1, f"ppo.{name} must be in [0, 1), got {getattr(self, name)}")
+        for name in ("adam_eps", "clip_eps", "max_grad_norm", "reward_scale"):
+            _check(getattr(self, name) > 0, f"ppo.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("entropy_coef", "value_coef"):
+            _check(getattr(self, name) >= 0, f"ppo.{name} must be >= 0, got {getattr(self, name)}")
+        _check(self.minibatch_size % self.grad_accum == 0,
+               f"ppo.minibatch_size ({self.minibatch_size}) must be a multiple of ppo.grad_accum ({self.grad_accum})")
+        _check(0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1, "ppo.gamma and ppo.gae_lambda must be in [0, 1]")
+
+
+# ----------------------------------------------------------------------------- run
+@dataclass
+class RunConfig:
+    eval_episodes: int = 0
+    """episodes evaluated before and after training (0: skip)."""
+    eval_greedy: bool = False
+    """evaluate the argmax action instead of sampling."""
+    checkpoint_every: int = 1
+    """save a checkpoint every this many updates (and at the end)."""
+    tensorboard: bool = True
+    """also write TensorBoard scalars to RUN_DIR/tb."""
+
+    def __post_init__(self) -> None:
+        _check(self.eval_episodes >= 0, f"run.eval_episodes must be >= 0 (0 skips evaluation), got {self.eval_episodes}")
+        _check(self.checkpoint_every >= 1, f"run.checkpoint_every must be >= 1, got {self.checkpoint_every}")
+
+
+@dataclass
+class TrainConfig:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.ppo.minibatch_size <= self.batch_size,
+               f"ppo.minibatch_size ({self.ppo.minibatch_size}) is larger than the rollout batch "
+               f"env.num_envs x ppo.num_steps = {self.batch_size}; lower it or collect more frames per update")
+
+    @property
+    def batch_size(self) -> int:
+        """Frames collected per update, all envs together."""
+        return self.env.num_envs * self.ppo.num_steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_train_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
+    """A `TrainConfig` from an optional YAML file plus dotted overrides."""
+    data = load_yaml(path) if path is not None else {}
+    return from_dict(TrainConfig, apply_overrides(data, overrides))
+
+
+# ------------------------------------------------------------------ a run's config
+# A run directory keeps the config it was started with, in RUN_DIR/config.yaml. The rule:
+# - no config.yaml in RUN_DIR: a new run, and --config is needed;
+# - config.yaml present, no --config: resume it; dotted overrides (e.g. ppo.total_frames=...
+#   to extend the run) apply on top and are recorded in config.yaml;
+# - config.yaml present and --config given: resume only if both give the same config,
+#   else refuse and say how to resume or start afresh (--overwrite, or another --run-dir).
+CONFIG_FILE = "config.yaml"
+
+
+def read_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> TrainConfig | None:
+    """RUN_DIR/config.yaml with `overrides` applied, or None when the run has no config."""
+    path = run_dir / CONFIG_FILE
+    if not path.exists():
+        return None
+    try:
+        return from_dict(TrainConfig, apply_overrides(load_yaml(path), overrides))
+    except ConfigError as err:
+        raise ConfigError(f"{err} (in the run's saved config {path}; fix it or start afresh with --overwrite)") from None
+
+
+def resolve_run_config(run_dir: Path, cfg: TrainConfig | None, overrides: Sequence[str] = ()) -> tuple[TrainConfig, bool]:
+    """The config a `glamrl train` on `run_dir` runs, and whether it resumes a run (see the rule above)."""
+    saved = read_run_config(run_dir, overrides)
+    if saved is None:
+        if cfg is None:
+            raise ConfigError(f"{run_dir} holds no run to resume (no {CONFIG_FILE}); start one with --config FILE")
+        return cfg, False
+    if cfg is not None and cfg != saved:
+        changed = [key for key, value in _flatten(cfg.to_dict()).items() if _flatten(saved.to_dict())[key] != value]
+        raise ConfigError(
+            f"{run_dir} already holds a run with another config ({', '.join(changed[:3])} differ); resume it with "
+            f"'glamrl train --run-dir {run_dir}' (plus overrides such as ppo.total_frames=N), or start afresh "
+            f"with another --run-dir or --overwrite")
+    return saved, True
+
+
+def write_config(cfg: TrainConfig, run_dir: Path) -> None:
+    """RUN_DIR/config.yaml, written atomically."""
+    tmp = run_dir / f".{CONFIG_FILE}.tmp"
+    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    os.replace(tmp, run_dir / CONFIG_FILE)
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"ppo": {"lr": 1}} -> {"ppo.lr": 1}."""
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+# ----------------------------------------------------------------- parsing and checks
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
 
 
-# ----------------------------------------------------------------- loading / overrides
 def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
     """Build dataclass `cls` from `data`, checking every key and type."""
     if not isinstance(data, dict):
@@ -141,24 +308,28 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{path} must be a list, got {value!r}")
         return [_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if hint is float and isinstance(value, str):
+    if hint is float and not isinstance(value, bool) and isinstance(value, (int, float, str)):
         try:  # YAML reads 1e-6 as a string
-            return float(value)
+            number = float(value)
         except ValueError:
-            pass
+            number = None
+        if number is not None:
+            _check(math.isfinite(number), f"{path} must be a finite number, got {value!r}")
+            return number
     if hint in (int, float, str, bool) and (type(value) is not hint):
         raise ConfigError(f"{path} must be {hint.__name__}, got {value!r} ({type(value).__name__})")
     return value
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply `a.b=value` strings (values parsed as YAML) to a nested dict."""
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply `a.b=value` strings (values parsed as YAML) to a nested dict; a key given twice is refused."""
+    seen: set[str] = set()
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {item!r} must look like section.field=value")
+        _check(key not in seen, f"override {key} is given twice; keep one")
+        seen.add(key)
         node = data
         *parents, leaf = key.split(".")
         for part in parents:
@@ -169,93 +340,33 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses a key given twice in one mapping (plain YAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [self.construct_object(key_node, deep=deep) for key_node, _ in node.value]
+        twice = sorted({str(k) for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ConfigError(f"key {twice[0]!r} is given twice (line {node.start_mark.line + 1}); keep one")
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping of sections in a YAML config file, or one ConfigError line saying what is wrong with it."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+    except ConfigError as err:
+        raise ConfigError(f"config file {path}: {err}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError(f"config file {path} is not valid YAML: {reason}") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+    if data is None:
+        raise ConfigError(f"config file {path} is empty; give at least the sections to change (see configs/)")
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping of sections")
+        raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
     return data
-
-
-# ----------------------------------------------------------------------------- ppo
-@dataclass
-class PPOConfig:
-    total_frames: int = 1_500_000
-    """environment steps of the whole run, all envs (and processes) together."""
-    num_steps: int = 40
-    """frames collected per env per update (GLAM's frames_per_proc)."""
-    lr: float = 1e-6
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_eps: float = 1e-5
-    epochs: int = 4
-    """passes over each rollout."""
-    minibatch_size: int = 64
-    """transitions per optimizer step."""
-    grad_accum: int = 1
-    """split each minibatch into this many forward/backward chunks (memory, not maths)."""
-    clip_eps: float = 0.2
-    """clip range of the policy ratio and of the value change."""
-    gamma: float = 0.99
-    gae_lambda: float = 0.99
-    entropy_coef: float = 0.01
-    value_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    reward_scale: float = 20.0
-    """GLAM trains on 20 x the env reward."""
-    norm_adv: bool = False
-    """normalise advantages per minibatch (GLAM does not)."""
-
-    def __post_init__(self) -> None:
-        for name in ("total_frames", "num_steps", "epochs", "minibatch_size", "grad_accum"):
-            _check(getattr(self, name) >= 1, f"ppo.{name} must be >= 1")
-        _check(self.lr > 0, "ppo.lr must be > 0")
-        _check(self.minibatch_size % self.grad_accum == 0,
-               f"ppo.minibatch_size ({self.minibatch_size}) must be a multiple of ppo.grad_accum ({self.grad_accum})")
-        _check(0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1, "ppo.gamma and ppo.gae_lambda must be in [0, 1]")
-        _check(self.clip_eps > 0, "ppo.clip_eps must be > 0")
-
-
-# ----------------------------------------------------------------------------- run
-@dataclass
-class RunConfig:
-    eval_episodes: int = 0
-    """episodes evaluated before and after training (0: skip)."""
-    eval_greedy: bool = False
-    """evaluate the argmax action instead of sampling."""
-    checkpoint_every: int = 1
-    """save a checkpoint every this many updates (and at the end)."""
-    tensorboard: bool = True
-
-
-@dataclass
-class TrainConfig:
-    env: EnvConfig = field(default_factory=EnvConfig)
-    prompt: PromptConfig = field(default_factory=PromptConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    run: RunConfig = field(default_factory=RunConfig)
-
-    def __post_init__(self) -> None:
-        batch = self.env.num_envs * self.ppo.num_steps
-        _check(self.ppo.minibatch_size <= batch,
-               f"ppo.minibatch_size ({self.ppo.minibatch_size}) is larger than the rollout batch "
-               f"env.num_envs x ppo.num_steps = {batch}; lower it or collect more frames per update")
-
-    @property
-    def batch_size(self) -> int:
-        return self.env.num_envs * self.ppo.num_steps
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def load_train_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
-    """A `TrainConfig` from an optional YAML file plus dotted overrides."""
-    data = load_yaml(path) if path is not None else {}
-    return from_dict(TrainConfig, apply_overrides(data, list(overrides)))

@@ -1,17 +1,19 @@
-"""A run directory's guard: one training process at a time, and its saved config read safely.
+"""A run directory's guard: one training process at a time, and checks before any work.
 
-    with run_lock(run_dir):   # a second process gets RunLockedError naming the holder's PID
+    with run_lock(run_dir):   # a second process gets RunDirError naming the holder's PID
         ...train...
 
 The lock is an `fcntl.flock` on `RUN_DIR/.lock`: the kernel drops it when the holder
-dies, so a `kill -9` never leaves a stale lock behind. Readers (`glamrl eval --run`,
-`glamrl export`) take no lock.
+dies, so a `kill -9` never leaves a stale lock behind. It is re-entrant within one
+process. Readers (`glamrl eval --run`, `glamrl export`) take no lock.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,28 +21,51 @@ from pathlib import Path
 from glamrl.errors import GlamrlError
 
 LOCK_FILE = ".lock"
-CONFIG_FILE = "config.yaml"
+_held: dict[Path, int] = {}  # run directories this process has locked -> nesting depth
 
 
 class RunDirError(GlamrlError):
     """A run directory that cannot be used: locked by another process, not a directory, unwritable."""
 
 
-def check_run_dir(run_dir: Path) -> None:
-    """Refuse a path that cannot hold a run, before any work."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunDirError(f"--run-dir {run_dir} is a file, not a directory")
-    parent = run_dir if run_dir.exists() else next(p for p in run_dir.absolute().parents if p.exists())
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise RunDirError(f"cannot write to {parent}: choose a writable --run-dir")
+def check_writable_dir(directory: Path, what: str) -> None:
+    """Refuse, before any work, a directory that cannot be created or written (`what` names the option)."""
+    if directory.exists() and not directory.is_dir():
+        raise RunDirError(f"{what} {directory} is a file, not a directory")
+    existing = next(p for p in [directory, *directory.absolute().parents] if p.exists())
+    if not existing.is_dir():
+        raise RunDirError(f"{what} {directory}: {existing} is a file, not a directory")
+    try:  # a real write: permission bits do not tell root about read-only or immutable directories
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise RunDirError(f"{what} {directory} is not writable: {err.strerror or err}") from None
+
+
+def check_writable_file(path: Path, what: str = "--out") -> None:
+    """Refuse, before any work, an output file that could not be written."""
+    if path.is_dir():
+        raise RunDirError(f"{what} {path} is a directory; give a file name")
+    check_writable_dir(path.parent, what)
 
 
 @contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Hold an exclusive lock on `run_dir` (created if needed) for the duration of the block."""
-    check_run_dir(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    key = run_dir.resolve()
+    if key in _held:
+        _held[key] += 1
+        try:
+            yield
+        finally:
+            _held[key] -= 1
+        return
+    check_writable_dir(run_dir, "--run-dir")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise RunDirError(f"cannot use --run-dir {run_dir}: {err.strerror or err}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -50,6 +75,19 @@ def run_lock(run_dir: Path) -> Iterator[None]:
                               f"wait for it to finish or use another --run-dir") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _held[key] = 1
         yield
     finally:
+        _held.pop(key, None)
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def clear_run_dir(run_dir: Path) -> None:
+    """Delete everything a run wrote in `run_dir` (for --overwrite); the caller holds the lock."""
+    for entry in run_dir.iterdir():
+        if entry.name == LOCK_FILE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()

@@ -8,7 +8,6 @@ log → checkpoint. A run directory holds everything; running again on it resume
 from __future__ import annotations
 
 import math
-import os
 import random
 import time
 from collections import deque
@@ -19,18 +18,18 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from tqdm import tqdm
 
-from glamrl.errors import GlamrlError
 from glamrl.agents.llm import LLMAgent
 from glamrl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from glamrl.config import ConfigError, TrainConfig, apply_overrides, from_dict
+from glamrl.config import TrainConfig, write_config
+from glamrl.errors import GlamrlError
 from glamrl.llm.policy import LLMPolicy
-from glamrl.rl.gae import compute_gae
 from glamrl.rl.buffer import RolloutBuffer
+from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients
 from glamrl.rollout import evaluate, step
+from glamrl.rundir import run_lock
 from glamrl.runlog import RunLogger, episode_stats
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training ones
@@ -56,17 +55,6 @@ def default_run_dir(cfg: TrainConfig) -> Path:
     return Path("runs") / f"{cfg.env.id}-{model}-seed{cfg.env.seed}"
 
 
-def resolve_config(run_dir: Path, cfg: TrainConfig | None, overrides: list[str]) -> tuple[TrainConfig, bool]:
-    """The run's config and whether it resumes: a run directory keeps its own config."""
-    saved = run_dir / "config.yaml"
-    if not saved.exists():
-        if cfg is None:
-            raise ConfigError(f"{run_dir} holds no run to resume; give --config")
-        return cfg, False
-    data = apply_overrides(yaml.safe_load(saved.read_text()), overrides)
-    return from_dict(TrainConfig, data), True
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -77,31 +65,30 @@ def make_agent(cfg: TrainConfig, policy: LLMPolicy, greedy: bool = False) -> LLM
     return LLMAgent(policy, cfg.env.num_envs, cfg.prompt.actions, cfg.prompt.nbr_obs, cfg.env.language, greedy)
 
 
-def write_config(cfg: TrainConfig, run_dir: Path) -> None:
-    """RUN_DIR/config.yaml, written atomically: a run directory keeps the config it was started with."""
-    tmp = run_dir / ".config.yaml.tmp"
-    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    os.replace(tmp, run_dir / "config.yaml")
-
-
 def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool = True,
           say: Callable[[str], None] = print) -> TrainResult:
-    """Train (or resume, from RUN_DIR's last checkpoint) the LLM agent `cfg` describes."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    """Train (or resume, from RUN_DIR's last checkpoint) the LLM agent `cfg` describes.
+
+    Holds RUN_DIR's lock throughout: a second process on the same run directory is refused.
+    """
+    with run_lock(run_dir):
+        return _train(cfg, run_dir, resume, progress, say)
+
+
+def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: Callable[[str], None]) -> TrainResult:
     state = load_checkpoint(run_dir) if resume else None
-    if not resume:
-        write_config(cfg, run_dir)
     seed_everything(cfg.env.seed)
     p = cfg.ppo
     N, T = cfg.env.num_envs, p.num_steps
     num_updates = math.ceil(p.total_frames / cfg.batch_size)
 
-    # ---- model, optimizer, envs
+    # ---- envs, model, optimizer; the config is recorded once all of them could be built
+    envs = cfg.env.make_vector_env()
     policy = LLMPolicy(cfg.model, cfg.prompt.actions)
     params = [w for w in policy.parameters() if w.requires_grad]
     optimizer = torch.optim.Adam(params, lr=p.lr, betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps)
-    envs = cfg.env.make_vector_env()
     agent = make_agent(cfg, policy)
+    write_config(cfg, run_dir)
     update, frames, episodes, duration = 0, 0, 0, 0.0
     if state is not None:
         policy.load_trainable_state_dict(state["policy"])

@@ -33,7 +33,9 @@ def test_yaml_and_dotted_overrides(tmp_path):
 )
 def test_config_errors_name_the_problem(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        load_train_config(None, ["env.num_envs=2", "ppo.num_steps=4", "ppo.minibatch_size=4", *overrides])
+        given = {o.partition("=")[0] for o in overrides}
+        base = [o for o in ("env.num_envs=2", "ppo.num_steps=4", "ppo.minibatch_size=4") if o.partition("=")[0] not in given]
+        load_train_config(None, [*base, *overrides])
 
 
 def test_missing_or_bad_yaml(tmp_path):

@@ -78,7 +78,7 @@ def test_resume_after_sigkill_has_no_duplicate_or_missing_rows(tmp_path):
     args = [sys.executable, "-m", "glamrl.cli", "train", "--run-dir", str(run), "--no-progress"]
     overrides = [*TINY, "ppo.total_frames=1600"]  # 25 updates
     cfg_file = tmp_path / "tiny.yaml"
-    cfg_file.write_text("")
+    cfg_file.write_text("run:\n  tensorboard: false\n")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([*args, "--config", str(cfg_file), *overrides],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
-import minigrid  # noqa: F401  (registers minigrid's BabyAI-* ids)
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from glamrl.errors import GlamrlError
+from glamrl.envs import TEXT_PREFIX
 from glamrl.envs.levels import UnknownTaskError
 from glamrl.envs.text_env import BabyAITextEnv
 
@@ -33,15 +33,18 @@ class EpisodeResult:
 
 def known_env_ids() -> list[str]:
     """Every BabyAI level the text env can wrap (glamrl's and minigrid's)."""
-    return sorted(env_id for env_id in gym.registry if env_id.startswith("BabyAI-"))
+    return sorted(i for i in gym.registry if i.startswith("BabyAI-") and not i.startswith(TEXT_PREFIX))
 
 
 def make_env(env_id: str, *, task: str | None = None, language: str = "en", faithful: bool = False,
              max_steps: int | None = None, render_mode: str | None = None) -> BabyAITextEnv:
     """A BabyAI-Text env over the level `env_id` (see `BabyAITextEnv`).
 
+    `env_id` is a level (`BabyAI-GoToLocal-v0`) or its text id (`BabyAI-Text-GoToLocal-v0`).
     `task` restricts a Mixed level to one task kind; `max_steps` replaces the level's limit.
     """
+    if env_id.startswith(TEXT_PREFIX):
+        env_id = "BabyAI-" + env_id.removeprefix(TEXT_PREFIX)
     known = known_env_ids()
     if env_id not in known:
         close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.5) or known[:5]

@@ -14,11 +14,16 @@ from gymnasium import spaces
 from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES
 from glamrl.envs.describe import LANGUAGES, UnknownLanguageError, describe
 from glamrl.envs.missions import french_mission
+from glamrl.errors import GlamrlError
 
 CHARSET = frozenset(string.ascii_letters + string.digits + " ,.'-" + "àâçéèêëîïôûùüœÀÂÇÉÈÊ")
 """Characters of missions and descriptions (gymnasium's Text default is alphanumeric only)."""
 MAX_MISSION_CHARS = 512
 MAX_SENTENCE_CHARS = 128
+
+
+class InvalidActionError(GlamrlError, ValueError):
+    """An action outside the text env's `Discrete(6)` action space."""
 
 
 def text_observation_space() -> spaces.Dict:
@@ -67,7 +72,9 @@ class BabyAITextEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     ## Registered Configurations
 
-    None of its own: build it with `glamrl.envs.make_env(env_id, ...)`.
+    `BabyAI-Text-<Level>` for every BabyAI level `BabyAI-<Level>` (minigrid's and
+    glamrl's), registered on `import glamrl`: `gym.make("BabyAI-Text-MixedTrainLocal-v0")`.
+    Or build it with `glamrl.envs.make_env(env_id, ...)`.
     """
 
     def __init__(self, env: gym.Env, language: str = "en", faithful: bool = False) -> None:
@@ -93,6 +100,9 @@ class BabyAITextEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return self._text_obs(obs), {**info, "task": self._task()}
 
     def step(self, action: int):
+        if not self.action_space.contains(action):
+            raise InvalidActionError(f"action {action!r} is not in the action space {self.action_space} "
+                                     f"({', '.join(f'{i}: {n}' for i, n in enumerate(ACTION_NAMES))})")
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._return += float(reward)
         self._length += 1

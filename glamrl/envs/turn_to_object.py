@@ -27,8 +27,9 @@ class TurnToObjectLevel(RoomGridLevel):
     minigrid's `1 - 0.9 * step_count / max_steps` on success, 0 otherwise.
 
     ## Termination
-    Success, or truncation after `max_steps` (default 1: one decision per episode;
-    a uniform random policy succeeds 1/6 of the time).
+    Terminated after the one decision, whether it succeeded or not (never truncated:
+    no time limit cuts the episode short, so nothing is bootstrapped). A uniform random
+    policy succeeds 1/6 of the time. `max_steps` (default 1) only scales the reward.
 
     ## Registered Configurations
     - `BabyAI-TurnToObject-v0`
@@ -36,6 +37,10 @@ class TurnToObjectLevel(RoomGridLevel):
 
     def __init__(self, max_steps: int = 1, **kwargs) -> None:
         super().__init__(num_rows=1, num_cols=1, room_size=5, max_steps=max_steps, **kwargs)
+
+    def step(self, action: int):
+        obs, reward, _terminated, _truncated, info = super().step(action)
+        return obs, reward, True, False, info
 
     def gen_mission(self) -> None:
         self.agent_pos = (2, 2)

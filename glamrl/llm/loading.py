@@ -95,9 +95,12 @@ def _load_pretrained(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBas
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"{path} is a directory but not a Hugging Face model (no config.json)")
         return _load_dir(path)
-    if path.exists() or _looks_like_path(name):
+    if path.exists():
+        raise ModelLoadError(f"model path {name!r} is a file but not a .gguf model; give a .gguf file or a "
+                             f"Hugging Face model directory (with config.json)")
+    if _looks_like_path(name):
         raise ModelLoadError(
-            f"model path {name!r} does not exist or is not a model directory / .gguf file; "
+            f"model path {name!r} does not exist; "
             f"use {EMBEDDED_NAME} (embedded), tiny-llama, tiny-t5, a local directory or a .gguf file"
         )
     return _load_hub(name)
