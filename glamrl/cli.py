@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -123,22 +124,29 @@ def make_eval_agent(args: argparse.Namespace, envs):
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    from glamrl import distributed
     from glamrl.config import ConfigError, load_train_config, resolve_run_config
     from glamrl.plot import plot_runs
     from glamrl.rundir import clear_run_dir, run_lock
     from glamrl.train import default_run_dir, train
 
+    ranks = distributed.init()  # under torchrun: join the other ranks; alone: nothing
     cfg = load_train_config(args.config, args.overrides) if args.config else None
     run_dir = args.run_dir or (default_run_dir(cfg) if cfg else None)
     if run_dir is None:
         raise ConfigError("give --config (a new run) or --run-dir (a run to resume)")
     if args.overwrite and cfg is None:
         raise ConfigError("--overwrite starts a run afresh: give its --config")
-    with run_lock(run_dir):
-        if args.overwrite:
-            clear_run_dir(run_dir)
-        cfg, resume = resolve_run_config(run_dir, cfg, args.overrides)
+    with run_lock(run_dir) if ranks.is_main else contextlib.nullcontext():
+        resolved = None
+        if ranks.is_main:  # rank 0 alone reads the run directory; the others get its answer
+            if args.overwrite:
+                clear_run_dir(run_dir)
+            resolved = resolve_run_config(run_dir, cfg, args.overrides)
+        cfg, resume = distributed.broadcast_object(resolved)
         result = train(cfg, run_dir, resume=resume, progress=not args.no_progress)
+        if not ranks.is_main:
+            return
         png = plot_runs([run_dir], run_dir / "curves.png")
     print(f"trained {result.updates} updates, {result.frames} frames; logs, checkpoints and {png.name} in {run_dir}")
     if result.success_before is not None and result.success_after is not None:

@@ -185,6 +185,8 @@ class RunConfig:
     """save a checkpoint every this many updates (and at the end)."""
     tensorboard: bool = True
     """also write TensorBoard scalars to RUN_DIR/tb."""
+    check_replicas: bool = False
+    """under torchrun, verify after every update that all ranks hold bitwise the same weights."""
 
     def __post_init__(self) -> None:
         _check(self.eval_episodes >= 0, f"run.eval_episodes must be >= 0 (0 skips evaluation), got {self.eval_episodes}")

@@ -44,7 +44,14 @@ def step(envs: gym.vector.VectorEnv, agent: Agent, obs: dict[str, Any]) -> Step:
 def evaluate(
     envs: gym.vector.VectorEnv, agent: Agent, episodes: int, seed: int, progress: bool = False
 ) -> dict[str, Any]:
-    """Success rate, mean return and length over `episodes` episodes, overall and per task.
+    """Success rate, mean return and length over `episodes` episodes, overall and per task."""
+    return summarize(run_episodes(envs, agent, episodes, seed, progress))
+
+
+def run_episodes(
+    envs: gym.vector.VectorEnv, agent: Agent, episodes: int, seed: int, progress: bool = False
+) -> list[EpisodeResult]:
+    """Play `episodes` episodes from `reset(seed=seed)`.
 
     Each env contributes a fixed quota of episodes, so short episodes are not favoured.
     """
@@ -64,7 +71,7 @@ def evaluate(
                     results.append(ep)
                     bar.update(1)
             obs = s.next_obs
-    return summarize(results)
+    return results
 
 
 def summarize(results: list[EpisodeResult]) -> dict[str, Any]:

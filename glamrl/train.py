@@ -7,7 +7,7 @@ log → checkpoint. A run directory holds everything; running again on it resume
 
 from __future__ import annotations
 
-import math
+import contextlib
 import random
 import time
 from collections import deque
@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from glamrl import distributed
 from glamrl.agents.llm import LLMAgent
 from glamrl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from glamrl.config import TrainConfig, write_config
@@ -28,7 +29,7 @@ from glamrl.llm.policy import LLMPolicy
 from glamrl.rl.buffer import RolloutBuffer
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients
-from glamrl.rollout import evaluate, step
+from glamrl.rollout import run_episodes, step, summarize
 from glamrl.rundir import run_lock
 from glamrl.runlog import RunLogger, episode_stats
 
@@ -70,17 +71,24 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     """Train (or resume, from RUN_DIR's last checkpoint) the LLM agent `cfg` describes.
 
     Holds RUN_DIR's lock throughout: a second process on the same run directory is refused.
+    Under torchrun (see `glamrl.distributed`) every rank calls this; rank 0 alone touches RUN_DIR.
     """
-    with run_lock(run_dir):
-        return _train(cfg, run_dir, resume, progress, say)
+    ranks = distributed.current()
+    with run_lock(run_dir) if ranks.is_main else contextlib.nullcontext():
+        return _train(cfg, run_dir, resume, progress and ranks.is_main, say if ranks.is_main else _quiet, ranks)
 
 
-def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: Callable[[str], None]) -> TrainResult:
-    state = load_checkpoint(run_dir) if resume else None
-    seed_everything(cfg.env.seed)
+def _quiet(_: str) -> None:
+    """What ranks other than 0 say: nothing."""
+
+
+def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: Callable[[str], None],
+           ranks: distributed.Ranks) -> TrainResult:
+    state = distributed.broadcast_object(load_checkpoint(run_dir) if resume and ranks.is_main else None)
+    seed_everything(cfg.env.seed)  # the same initial weights on every rank
     p = cfg.ppo
-    N, T = cfg.env.num_envs, p.num_steps
-    num_updates = math.ceil(p.total_frames / cfg.batch_size)
+    N, T, K = cfg.env.num_envs, p.num_steps, ranks.world_size
+    frames_per_update = cfg.batch_size * K  # all ranks together
 
     # ---- envs, model, optimizer; the config is recorded once all of them could be built
     envs = cfg.env.make_vector_env()
@@ -88,7 +96,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: C
     params = [w for w in policy.parameters() if w.requires_grad]
     optimizer = torch.optim.Adam(params, lr=p.lr, betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps)
     agent = make_agent(cfg, policy)
-    write_config(cfg, run_dir)
+    if ranks.is_main:
+        write_config(cfg, run_dir)
     update, frames, episodes, duration = 0, 0, 0, 0.0
     if state is not None:
         policy.load_trainable_state_dict(state["policy"])
@@ -96,6 +105,9 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: C
         set_rng_state(state["rng"])
         update, frames, episodes, duration = state["update"], state["frames"], state["episodes"], state["duration"]
         say(f"resuming {run_dir} after update {update} ({frames} frames)")
+    distributed.broadcast_parameters(policy)
+    if ranks.active:  # each rank samples its own actions and minibatches
+        seed_everything(cfg.env.seed + 7919 * (update * K + ranks.rank))
 
     success_before = None
     if state is None and cfg.run.eval_episodes:
@@ -103,14 +115,16 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: C
         say(f"success rate before training: {success_before:.3f} ({cfg.run.eval_episodes} episodes)")
 
     logger = RunLogger(run_dir, resume_after_update=update if state is not None else None,
-                       tensorboard=cfg.run.tensorboard)
-    obs, _ = envs.reset(seed=cfg.env.seed + update * N)  # a resumed run starts fresh episodes
+                       tensorboard=cfg.run.tensorboard) if ranks.is_main else None
+    # env i of rank r starts at seed + (update * K + r) * N + i: no two envs, ranks or updates share a seed,
+    # and a resumed run starts fresh episodes
+    obs, _ = envs.reset(seed=cfg.env.seed + (update * K + ranks.rank) * N)
 
     buffer = RolloutBuffer(T, N)
     recent = deque(maxlen=100)  # success of the last episodes, for the progress bar
-    bar = tqdm(total=num_updates * cfg.batch_size, initial=frames, unit="frame", disable=not progress)
+    bar = tqdm(total=p.total_frames, initial=frames, unit="frame", disable=not progress)
     start_time = time.time() - duration
-    while update < num_updates:
+    while frames < p.total_frames:  # counted in frames: a resumed run may have another number of ranks
         update_start = time.time()
         finished = []
 
@@ -128,7 +142,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: C
             agent.end_episodes(s.done)
             finished += s.episodes
             obs = s.next_obs
-        frames += cfg.batch_size
+        frames += frames_per_update
+        finished = [e for rank_episodes in distributed.gather_objects(finished) for e in rank_episodes]
         episodes += len(finished)
         recent.extend(e.success for e in finished)
         collect_time = time.time() - update_start
@@ -152,35 +167,43 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: C
                     raise TrainingDiverged(
                         f"non-finite PPO loss at update {update + 1}, epoch {epoch + 1}; "
                         f"the last good checkpoint is in {run_dir / 'checkpoints'} (try a lower ppo.lr)") from None
+                distributed.average_gradients(params)
                 stats[-1]["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, p.max_grad_norm).item()
                 optimizer.step()
         update += 1
+        if cfg.run.check_replicas:
+            distributed.check_replicas_equal(params, f"after update {update}")
         update_time = time.time() - update_start - collect_time
 
         # ---- 5. log, then checkpoint (a kill in between replays this update on resume)
-        y, v = batch.returns, batch.values
+        y, v = torch.cat(distributed.gather_objects(batch.returns)), torch.cat(distributed.gather_objects(batch.values))
         explained = float(1 - (y - v).var() / y.var()) if y.var() > 0 else float("nan")
+        losses = distributed.average(torch.tensor([np.nanmean([st.get(name, np.nan) for st in stats])
+                                                   for name in LOSS_TERMS], dtype=torch.float64))
         metrics = {
             "update": update, "frames": frames, "episodes": episodes,
-            "FPS": cfg.batch_size / (collect_time + update_time), "duration": time.time() - start_time,
-            "collect_FPS": cfg.batch_size / collect_time,
+            "FPS": frames_per_update / (collect_time + update_time), "duration": time.time() - start_time,
+            "collect_FPS": frames_per_update / collect_time,
             **episode_stats([e.episode_return for e in finished], [e.episode_length for e in finished],
                             [e.success for e in finished]),
-            **{name: float(np.nanmean([st.get(name, np.nan) for st in stats])) for name in LOSS_TERMS},
+            **dict(zip(LOSS_TERMS, losses.tolist())),
             "explained_variance": explained,
         }
+        if not ranks.is_main:
+            continue
         logger.log(metrics)
-        if update % cfg.run.checkpoint_every == 0 or update == num_updates:
+        if update % cfg.run.checkpoint_every == 0 or frames >= p.total_frames:
             save_checkpoint(run_dir, {
                 "policy": policy.trainable_state_dict(), "optimizer": optimizer.state_dict(),
                 "rng": rng_state(), "update": update, "frames": frames, "episodes": episodes,
                 "duration": metrics["duration"], "config": cfg.to_dict(),
             })
-        bar.update(cfg.batch_size)
+        bar.update(frames_per_update)
         if recent:
             bar.set_postfix(fps=f"{metrics['FPS']:.1f}", success=f"{np.mean(recent):.2f}")
     bar.close()
-    logger.close()
+    if logger is not None:
+        logger.close()
     envs.close()
 
     success_after = None
@@ -191,10 +214,14 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: C
 
 
 def evaluate_policy(cfg: TrainConfig, policy: LLMPolicy) -> dict[str, Any]:
-    """The policy's success on fresh evaluation episodes (seeds apart from training)."""
+    """The policy's success on fresh evaluation episodes (seeds apart from training), shared among the ranks."""
+    ranks = distributed.current()
+    share = cfg.run.eval_episodes // ranks.world_size + (ranks.rank < cfg.run.eval_episodes % ranks.world_size)
     envs = cfg.env.make_vector_env()
     agent = make_agent(cfg, policy, greedy=cfg.run.eval_greedy)
     try:
-        return evaluate(envs, agent, cfg.run.eval_episodes, seed=cfg.env.seed + EVAL_SEED_OFFSET)
+        seed = cfg.env.seed + EVAL_SEED_OFFSET + ranks.rank * cfg.env.num_envs
+        results = run_episodes(envs, agent, share, seed=seed)
     finally:
         envs.close()
+    return summarize([e for rank_results in distributed.gather_objects(results) for e in rank_results])
