@@ -25,12 +25,7 @@ TINY = [
 NO_MODEL = "model.name=/no/such/model"  # a config error must be found before this is looked at
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def glamrl(*args: str) -> subprocess.CompletedProcess:
