@@ -1,5 +1,8 @@
 """Load a language model and its tokenizer from a name: embedded, tiny, local directory, .gguf file or hub id.
 
+A local directory may be a `glamrl export` (full weights, or a LoRA adapter whose base is
+loaded and merged); its value head is read by `LLMPolicy` (see `glamrl.llm.exported`).
+
 `load_model(config)` is the only entry point. Nothing reaches the network unless the
 name is a hub id missing from the local Hugging Face cache and the hub answers.
 """
@@ -7,6 +10,7 @@ name is a hub id missing from the local Hugging Face cache and the hub answers.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import time
@@ -28,6 +32,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, 
 
 from glamrl.config import ModelConfig
 from glamrl.errors import GlamrlError
+from glamrl.llm.exported import ADAPTER_CONFIG, BASE_DIR, is_adapter_dir, read_manifest
 from glamrl.llm.tiny_models import build_tiny_model
 
 EMBEDDED_NAME = "smollm2-135m"
@@ -92,6 +97,8 @@ def _load_pretrained(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBas
     if path.is_file() and path.suffix == ".gguf":
         return _load_dir(path.parent, gguf_file=path.name)
     if path.is_dir():
+        if is_adapter_dir(path):
+            return _load_adapter_dir(path)
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"{path} is a directory but not a Hugging Face model (no config.json)")
         return _load_dir(path)
@@ -160,6 +167,28 @@ def _load_dir(
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     model = auto.from_pretrained(source, config=config, dtype=torch.float32, **kwargs)
     return model, tokenizer, is_seq2seq
+
+
+def _load_adapter_dir(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, bool]:
+    """A peft LoRA adapter directory: its base model with the adapter merged into the weights.
+
+    The base is `path/base` when the export holds one, else the manifest's `base_model`
+    (a glamrl model name), else the adapter config's `base_model_name_or_path`.
+    """
+    from peft import PeftModel
+
+    manifest = read_manifest(path)
+    if (path / BASE_DIR).is_dir():
+        base = str(path / BASE_DIR)
+    elif manifest is not None and manifest.base_model:
+        base = manifest.base_model
+    else:
+        base = json.loads((path / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ModelLoadError(f"{path} is a LoRA adapter directory that names no base model")
+    model, tokenizer, is_seq2seq = _load_pretrained(base)
+    merged = PeftModel.from_pretrained(model, path).merge_and_unload()
+    return merged, tokenizer, is_seq2seq
 
 
 def _embedded_smollm2_dir() -> Path:
