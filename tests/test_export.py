@@ -15,7 +15,7 @@ from glamrl.config import ModelConfig, load_train_config
 from glamrl.envs.factory import make_env
 from glamrl.export import export_run, load_run_policy
 from glamrl.llm.exported import HEADS_FILE, MANIFEST_FILE, read_manifest
-from glamrl.llm.policy import LLMPolicy
+from glamrl.llm.policy import LLMPolicy, PolicyStateError
 from glamrl.prompts import PromptHistory
 from glamrl.train import train, write_config
 
@@ -38,6 +38,7 @@ PLAIN_READER = r'''
 import json, sys
 sys.modules["glamrl"] = None
 import torch
+torch.set_num_threads(1)
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -129,10 +130,8 @@ def exported(tmp_path_factory):
         train(load_train_config(None, [*TINY, *overrides]), root / name, progress=False, say=lambda _: None)
     dirs = {}
     for name, (run, merge) in EXPORTS.items():
-        if name == "llama-lora":  # once through the real command line
-            done = subprocess.run([sys.executable, "-m", "glamrl.cli", "export", "--run", str(root / run),
-                                   "--out", str(root / "out" / name)], capture_output=True, text=True, timeout=300)
-            assert done.returncode == 0, done.stderr
+        if name == "llama-lora":  # once through the command line
+            assert main(["export", "--run", str(root / run), "--out", str(root / "out" / name)]) == 0
         else:
             export_run(root / run, root / "out" / name, merge_lora=merge)
         dirs[name] = (root / run, root / "out" / name)
@@ -264,3 +263,19 @@ def test_export_errors_are_one_line_before_any_write(exported, tmp_path, capsys,
     assert {"no checkpoint": "no checkpoint", "unwritable": "not a writable directory",
             "not empty": "--overwrite", "merge without lora": "LoRA runs"}[case] in err
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_npae_action_heads_travel_with_the_export(tmp_path):
+    npae = ["model.name=tiny-llama", "model.pretrained=false", "model.use_action_heads=true"]
+    cfg = load_train_config(None, [*TINY, *npae, "ppo.total_frames=16"])
+    train(cfg, tmp_path / "run", progress=False, say=lambda _: None)
+    export_run(tmp_path / "run", tmp_path / "out")
+    assert "action_heads.mlp.4.weight" in load_file(tmp_path / "out" / HEADS_FILE)
+    prompts = some_prompts(cfg.prompt.actions, nbr_obs=2)
+    policy = LLMPolicy(ModelConfig(name=str(tmp_path / "out"), device="cpu", use_action_heads=True), cfg.prompt.actions)
+    with torch.no_grad():
+        loaded, trained = policy(prompts), load_run_policy(tmp_path / "run", device="cpu").policy(prompts)
+    torch.testing.assert_close(loaded.log_probs, trained.log_probs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(loaded.values, trained.values, atol=1e-5, rtol=0)
+    with pytest.raises(PolicyStateError, match="use_action_heads=true"):
+        LLMPolicy(ModelConfig(name=str(tmp_path / "out"), device="cpu"), cfg.prompt.actions)

@@ -15,6 +15,7 @@ import os
 import shutil
 import time
 import urllib.request
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,7 +188,9 @@ def _load_adapter_dir(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerB
     if not base:
         raise ModelLoadError(f"{path} is a LoRA adapter directory that names no base model")
     model, tokenizer, is_seq2seq = _load_pretrained(base)
-    merged = PeftModel.from_pretrained(model, path).merge_and_unload()
+    with warnings.catch_warnings():  # peft calls a transformers method deprecated in v5
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        merged = PeftModel.from_pretrained(model, path).merge_and_unload()
     return merged, tokenizer, is_seq2seq
 
 
