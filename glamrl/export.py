@@ -215,7 +215,7 @@ def example_prompt(cfg: TrainConfig) -> str:
 
 
 def evaluations(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
-    """Evaluation results saved in the run directory: every JSON file with a `success_rate`."""
+    """Evaluation results saved in the run directory: `glamrl eval --out` JSONs and every test of suite JSONs."""
     found = []
     for path in sorted(run_dir.rglob("*.json")):
         if {"checkpoints", "tb"} & set(path.relative_to(run_dir).parts):
@@ -224,8 +224,12 @@ def evaluations(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
+        name = str(path.relative_to(run_dir))
         if isinstance(data, dict) and "success_rate" in data:
-            found.append((str(path.relative_to(run_dir)), data))
+            found.append((name, data))
+        elif isinstance(data, dict) and isinstance(data.get("tests"), dict):  # a suite: {test: summary}
+            found += [(f"{name}: {test}", r) for test, r in data["tests"].items()
+                      if isinstance(r, dict) and "success_rate" in r]
     return found
 
 
@@ -259,7 +263,7 @@ def _evaluation_section(run_dir: Path) -> list[str]:
     if not found:
         return ["No evaluation results are saved in the run directory (`glamrl eval --run RUN_DIR --out "
                 "RUN_DIR/eval.json` writes one). The run's own before/after evaluation is printed, not saved."]
-    lines = ["| file | env | episodes | success rate | mean return |", "| --- | --- | --- | --- | --- |"]
+    lines = ["| result | env | episodes | success rate | mean return |", "| --- | --- | --- | --- | --- |"]
     for name, data in found:
         ret = data.get("mean_return")
         lines.append(f"| {name} | {data.get('env', '?')} | {data.get('episodes', '?')} | "

@@ -279,3 +279,13 @@ def test_npae_action_heads_travel_with_the_export(tmp_path):
     torch.testing.assert_close(loaded.values, trained.values, atol=1e-5, rtol=0)
     with pytest.raises(PolicyStateError, match="use_action_heads=true"):
         LLMPolicy(ModelConfig(name=str(tmp_path / "out"), device="cpu"), cfg.prompt.actions)
+
+
+def test_model_card_lists_the_evaluations_saved_in_the_run(exported, tmp_path, capsys):
+    run_dir, _ = exported["llama-full"]
+    assert main(["eval", "--agent", "llm", "--run", str(run_dir), "--env", "BabyAI-TurnToObject-v0",
+                 "--episodes", "8", "--device", "cpu", "--out", str(run_dir / "eval.json")]) == 0
+    rate = json.loads((run_dir / "eval.json").read_text())["success_rate"]
+    export_run(run_dir, tmp_path / "out")
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert f"| eval.json | BabyAI-TurnToObject-v0 | 8 | {rate:.3f} |" in card
