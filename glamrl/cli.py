@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--num-envs", type=positive_int, default=4)
     ev.add_argument("--task", default=None, help="restrict a Mixed level to one task kind")
     ev.add_argument("--language", choices=("en", "fr"), default="en")
-    ev.add_argument("--model", default="smollm2-135m", help="llm agent: model name or path")
+    ev.add_argument("--model", default="smollm2-135m", help="llm agent: model name or path (a `glamrl export` dir too)")
     ev.add_argument("--run", type=Path, default=None, help="llm agent: evaluate the trained policy of this run dir")
     ev.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     ev.add_argument("--device", default="auto")

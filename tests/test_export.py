@@ -236,6 +236,7 @@ def test_overwrite_replaces_an_old_export(exported, tmp_path, capsys):
     run_dir, _ = exported["t5-full"]
     out = tmp_path / "out"
     out.mkdir()
+    assert main(["export", "--run", str(run_dir), "--out", str(out)]) == 0  # an empty directory is fine
     (out / "old.txt").write_text("old")
     assert main(["export", "--run", str(run_dir), "--out", str(out), "--overwrite"]) == 0
     assert not (out / "old.txt").exists() and (out / "model.safetensors").exists()
