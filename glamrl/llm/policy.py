@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from glamrl.config import ModelConfig
 from glamrl.errors import GlamrlError
+from glamrl.llm.exported import read_heads, read_manifest
 from glamrl.llm.heads import ActionHeads, ValueHead
 from glamrl.llm.loading import load_model
 from glamrl.llm.lora import apply_lora, base_model
@@ -55,6 +56,8 @@ class LLMPolicy(nn.Module):
         self.value_head = ValueHead(hidden_size).to(self.device)
         self.action_heads = (ActionHeads(hidden_size, len(self.action_names)).to(self.device)
                              if config.use_action_heads else None)
+        if config.pretrained:
+            self._load_exported_heads(config.name, hidden_size)
 
     def forward(self, prompts: Sequence[str], action_names: Sequence[str] | None = None) -> PolicyOutput:
         """Policy and value for B prompts; `action_names` replaces the candidates' text for this call."""
@@ -73,6 +76,21 @@ class LLMPolicy(nn.Module):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
             hidden = self.scorer(prompts, None).hidden.float()                    # (B, H)
         return self.value_head(hidden)
+
+    def _load_exported_heads(self, name: str, hidden_size: int) -> None:
+        """Start from the heads of a `glamrl export` directory when `name` is one (see glamrl.llm.exported)."""
+        manifest = read_manifest(name)
+        if manifest is None:
+            return
+        if manifest.use_action_heads != self.config.use_action_heads:
+            flag = str(manifest.use_action_heads).lower()
+            raise PolicyStateError(f"{name} was exported with use_action_heads={flag}; set model.use_action_heads={flag}")
+        if manifest.hidden_size != hidden_size:
+            raise PolicyStateError(f"{name}: heads of hidden size {manifest.hidden_size}, model of {hidden_size}")
+        heads = read_heads(name)
+        for prefix, module in (("value_head.", self.value_head), ("action_heads.", self.action_heads)):
+            if module is not None:
+                module.load_state_dict({k[len(prefix):]: v for k, v in heads.items() if k.startswith(prefix)})
 
     # ------------------------------------------------------------------- checkpoints
     def trainable_state_dict(self) -> dict[str, Tensor]:
