@@ -214,13 +214,13 @@ def test_eval_of_the_export_matches_eval_of_the_run(exported, name, tmp_path, ca
 
 def test_a_run_continues_from_an_export(exported, tmp_path):
     _, out = exported["llama-lora"]
-    cfg = load_train_config(None, [*TINY, f"model.name={out}", "model.lora=true", "ppo.total_frames=16"])
+    cfg = load_train_config(None, [*TINY, f"model.name={out}", "model.lora=true"])
     torch.manual_seed(0)
     policy = LLMPolicy(cfg.model, cfg.prompt.actions)
     heads = load_file(out / HEADS_FILE)
     assert torch.equal(policy.value_head.mlp[0].weight, heads["value_head.mlp.0.weight"])
     result = train(cfg, tmp_path / "continued", progress=False, say=lambda _: None)
-    assert result.updates == 1 and (tmp_path / "continued" / "checkpoints" / "last.pt").exists()
+    assert result.updates == 2 and (tmp_path / "continued" / "checkpoints" / "last.pt").exists()
 
 
 def test_model_card_describes_the_run(exported):
@@ -269,7 +269,7 @@ def test_export_errors_are_one_line_before_any_write(exported, tmp_path, capsys,
 
 def test_npae_action_heads_travel_with_the_export(tmp_path):
     npae = ["model.name=tiny-llama", "model.pretrained=false", "model.use_action_heads=true"]
-    cfg = load_train_config(None, [*TINY, *npae, "ppo.total_frames=16"])
+    cfg = load_train_config(None, [*(o for o in TINY if not o.startswith("ppo.total_frames")), *npae, "ppo.total_frames=16"])
     train(cfg, tmp_path / "run", progress=False, say=lambda _: None)
     export_run(tmp_path / "run", tmp_path / "out")
     assert "action_heads.mlp.4.weight" in load_file(tmp_path / "out" / HEADS_FILE)
