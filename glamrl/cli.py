@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="auto")
     ev.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
     ev.add_argument("--out", type=Path, default=None, help="write the results as JSON")
+    ev.add_argument("--suite", default=None, help="run a generalisation suite (paper, french, all) instead of one env")
+    ev.add_argument("--tests", default=None, help="comma-separated suite tests, e.g. french,invented_words")
 
     tr = sub.add_parser("train", help="fine-tune an LLM agent with PPO (resumes an existing run dir)")
     tr.add_argument("--config", type=Path, default=None, help="YAML config (not needed to resume)")
@@ -60,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
+    if args.suite is not None or args.tests is not None:
+        return cmd_suite(args)
     from glamrl.envs import make_vector_env
     from glamrl.rollout import evaluate, format_table
 
@@ -72,6 +76,31 @@ def cmd_eval(args: argparse.Namespace) -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(summary, indent=2))
+
+
+def cmd_suite(args: argparse.Namespace) -> None:
+    """`glamrl eval --suite`: every test of the suite, one JSON; bad names, agents or paths fail first."""
+    import time
+
+    from glamrl.eval.agents import agent_builder
+    from glamrl.eval.output import check_writable, write_json
+    from glamrl.eval.suite import format_header, run_suite, select_tests
+    from glamrl.train import EVAL_SEED_OFFSET
+
+    tests = select_tests(args.suite, args.tests)
+    if args.out:
+        check_writable(args.out)
+    label, build = agent_builder(args)
+    seed = args.seed + EVAL_SEED_OFFSET
+    print(f"{label}: {len(tests)} tests, {args.episodes} episodes each, evaluation seeds from {seed}")
+    print(format_header())
+    start = time.time()
+    results = run_suite(tests, build, args.episodes, seed, args.num_envs, progress=True, say=print)
+    wall = time.time() - start
+    print(f"{len(tests)} tests in {wall:.1f}s")
+    if args.out:
+        write_json(args.out, {"suite": args.suite or "custom", "agent": label, "seed": args.seed, "eval_seed": seed,
+                              "episodes_per_test": args.episodes, "wall_time_s": round(wall, 2), "tests": results})
 
 
 def make_eval_agent(args: argparse.Namespace, envs):
