@@ -85,12 +85,13 @@ def cmd_suite(args: argparse.Namespace) -> None:
     from glamrl.eval.agents import agent_builder
     from glamrl.eval.output import check_writable, write_json
     from glamrl.eval.suite import format_header, run_suite, select_tests
-    from glamrl.train import EVAL_SEED_OFFSET
 
     tests = select_tests(args.suite, args.tests)
     if args.out:
         check_writable(args.out)
     label, build = agent_builder(args)
+    from glamrl.train import EVAL_SEED_OFFSET
+
     seed = args.seed + EVAL_SEED_OFFSET
     print(f"{label}: {len(tests)} tests, {args.episodes} episodes each, evaluation seeds from {seed}")
     print(format_header())
