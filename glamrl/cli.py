@@ -58,7 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="PNG of success rate and return against frames")
     pl.add_argument("runs", nargs="+", type=Path)
     pl.add_argument("--out", type=Path, default=Path("curves.png"))
+    rs = sub.add_parser("results", help="table (Markdown, CSV) and bar chart of suite JSONs over agents and seeds")
+    rs.add_argument("inputs", nargs="+", type=Path, help="suite JSONs, or folders searched for them")
+    rs.add_argument("--out", type=Path, default=Path("results"), help="folder for results.md, .csv and .png")
     return parser
+
+
+def cmd_results(args: argparse.Namespace) -> None:
+    from glamrl.eval.results import write_results
+
+    table, paths = write_results(args.inputs, args.out)
+    print(table)
+    print("wrote " + ", ".join(str(p) for p in paths))
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
@@ -160,7 +171,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        {"eval": cmd_eval, "train": cmd_train, "plot": cmd_plot}[args.command](args)
+        {"eval": cmd_eval, "train": cmd_train, "plot": cmd_plot, "results": cmd_results}[args.command](args)
     except KeyboardInterrupt:
         print("glamrl: interrupted", file=sys.stderr)
         return 130
