@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="PNG of success rate and return against frames")
     pl.add_argument("runs", nargs="+", type=Path)
     pl.add_argument("--out", type=Path, default=Path("curves.png"))
+    pl.add_argument("--probes", action="store_true", help="draw the run's probes.csv (pi(a | probe)) instead")
     rs = sub.add_parser("results", help="table (Markdown, CSV) and bar chart of suite JSONs over agents and seeds")
     rs.add_argument("inputs", nargs="+", type=Path, help="suite JSONs, or folders searched for them")
     rs.add_argument("--out", type=Path, default=Path("results"), help="folder for results.md, .csv and .png")
@@ -165,6 +166,13 @@ def cmd_train(args: argparse.Namespace) -> None:
 def cmd_plot(args: argparse.Namespace) -> None:
     from glamrl.plot import plot_runs
 
+    if args.probes:
+        from glamrl.eval.probes import plot_probes
+
+        for run in args.runs:
+            out = args.out if len(args.runs) == 1 else run / "probes.png"
+            print(plot_probes(run, out))
+        return
     print(plot_runs(args.runs, args.out))
 
 

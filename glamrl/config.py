@@ -231,6 +231,8 @@ class RunConfig:
     checkpoint_every: int = 1
     """save a checkpoint every this many updates (and at the end)."""
     tensorboard: bool = True
+    probes: str | None = None
+    """YAML file of probe prompts (configs/probes/*.yaml): pi(a | probe) is logged to probes.csv at every update."""
 
 
 @dataclass

@@ -26,6 +26,7 @@ from glamrl.errors import GlamrlError
 from glamrl.agents.llm import LLMAgent
 from glamrl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from glamrl.config import ConfigError, TrainConfig, apply_overrides, from_dict
+from glamrl.eval.probes import start_probe_log
 from glamrl.llm.policy import LLMPolicy
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.buffer import RolloutBuffer
@@ -117,6 +118,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
 
     logger = RunLogger(run_dir, resume_after_update=update if state is not None else None,
                        tensorboard=cfg.run.tensorboard)
+    probes = start_probe_log(cfg, run_dir, policy, update if state is not None else None)  # None without run.probes
     obs, _ = envs.reset(seed=cfg.env.seed + update * N)  # a resumed run starts fresh episodes
 
     buffer = RolloutBuffer(T, N)
@@ -183,6 +185,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
             "explained_variance": explained,
         }
         logger.log(metrics)
+        if probes is not None:
+            probes.record(policy, update, frames)
         if update % cfg.run.checkpoint_every == 0 or update == num_updates:
             save_checkpoint(run_dir, {
                 "policy": policy.trainable_state_dict(), "optimizer": optimizer.state_dict(),
