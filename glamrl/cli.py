@@ -59,10 +59,49 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("runs", nargs="+", type=Path)
     pl.add_argument("--out", type=Path, default=Path("curves.png"))
     pl.add_argument("--probes", action="store_true", help="draw the run's probes.csv (pi(a | probe)) instead")
+    pp = sub.add_parser("play", help="render one episode as a GIF (or a PNG sheet): picture, text, action probabilities")
+    pp.add_argument("--agent", choices=("bot", "random", "llm"), required=True)
+    pp.add_argument("--env", default=None, help="BabyAI-Text level id (default: the test's, else MixedTrainLocal)")
+    pp.add_argument("--test", default=None, help="play under a suite test, e.g. french or invented_words")
+    pp.add_argument("--seed", type=int, default=1)
+    pp.add_argument("--language", choices=("en", "fr"), default="en")
+    pp.add_argument("--model", default="smollm2-135m", help="llm agent: model name or path")
+    pp.add_argument("--run", type=Path, default=None, help="llm agent: the trained policy of this run dir")
+    pp.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    pp.add_argument("--device", default="auto")
+    pp.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
+    pp.add_argument("--format", choices=("gif", "png-sheet"), default="gif")
+    pp.add_argument("--max-frames", type=positive_int, default=200)
+    pp.add_argument("--out", type=Path, default=Path("episode.gif"))
+
     rs = sub.add_parser("results", help="table (Markdown, CSV) and bar chart of suite JSONs over agents and seeds")
     rs.add_argument("inputs", nargs="+", type=Path, help="suite JSONs, or folders searched for them")
     rs.add_argument("--out", type=Path, default=Path("results"), help="folder for results.md, .csv and .png")
     return parser
+
+
+def cmd_play(args: argparse.Namespace) -> None:
+    import dataclasses
+
+    from glamrl.eval.agents import agent_builder
+    from glamrl.eval.output import check_writable
+    from glamrl.eval.render import draw_frames, play_episode, write_episode
+    from glamrl.eval.suite import TRAIN_LEVEL, SuiteTest, select_tests
+
+    if args.test is not None:
+        (test,) = select_tests(None, args.test)
+        test = dataclasses.replace(test, env_id=args.env or test.env_id)
+    else:
+        test = SuiteTest("play", "one episode", env_id=args.env or TRAIN_LEVEL, language=args.language)
+    from glamrl.envs import make_env
+
+    make_env(test.env_id)  # an unknown id fails here, before the agent loads
+    check_writable(args.out)
+    label, build = agent_builder(args)
+    moments, names = play_episode(test, build, args.seed, args.max_frames)
+    images = draw_frames(moments, names, f"{label} | {test.env_id} seed {args.seed}")
+    write_episode(images, args.out, "gif" if args.format == "gif" else "png")
+    print(f"{label}: {moments[-1].outcome or f'stopped after {len(moments)} frames'}; {len(images)} frames in {args.out}")
 
 
 def cmd_results(args: argparse.Namespace) -> None:
@@ -179,7 +218,8 @@ def cmd_plot(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        {"eval": cmd_eval, "train": cmd_train, "plot": cmd_plot, "results": cmd_results}[args.command](args)
+        {"eval": cmd_eval, "train": cmd_train, "plot": cmd_plot, "results": cmd_results,
+         "play": cmd_play}[args.command](args)
     except KeyboardInterrupt:
         print("glamrl: interrupted", file=sys.stderr)
         return 130

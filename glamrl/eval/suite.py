@@ -13,7 +13,6 @@ Adding a test takes a few lines:
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from gymnasium.vector import SyncVectorEnv
 
 from glamrl.agents.base import Agent
 from glamrl.envs.actions import FRENCH_ACTION_NAMES, SYNONYM_ACTION_NAMES
+from glamrl.envs.text_env import BabyAITextEnv
 from glamrl.errors import GlamrlError
 from glamrl.eval.substitutions import SubstituteWords, WordSubstitution
 from glamrl.rollout import evaluate
@@ -62,12 +62,15 @@ class SuiteTest:
         substitute = WordSubstitution(self.words)
         return tuple(substitute(a) for a in (own if self.actions is None else self.actions))
 
+    def wrap(self, env: BabyAITextEnv) -> SubstituteWords:
+        """`env` (one copy of the test's level) with the test's text substitutions."""
+        return SubstituteWords(env, self.words, self.actions)
+
     def make_envs(self, num_envs: int) -> SyncVectorEnv:
         """`num_envs` copies of the test's level, with the test's text substitutions."""
         from glamrl.envs import make_vector_env
 
-        wrap = functools.partial(SubstituteWords, words=self.words, actions=self.actions)
-        return make_vector_env(self.env_id, num_envs, language=self.language, wrapper=wrap)
+        return make_vector_env(self.env_id, num_envs, language=self.language, wrapper=self.wrap)
 
 
 TESTS: dict[str, SuiteTest] = {}
