@@ -99,7 +99,8 @@ def cmd_play(args: argparse.Namespace) -> None:
     check_writable(args.out)
     label, build = agent_builder(args)
     moments, names = play_episode(test, build, args.seed, args.max_frames)
-    images = draw_frames(moments, names, f"{label} | {test.env_id} seed {args.seed}")
+    where = test.env_id if args.test is None else f"{test.name}, {test.env_id}"
+    images = draw_frames(moments, names, f"{label} | {where} seed {args.seed}")
     write_episode(images, args.out, "gif" if args.format == "gif" else "png")
     print(f"{label}: {moments[-1].outcome or f'stopped after {len(moments)} frames'}; {len(images)} frames in {args.out}")
 

@@ -118,7 +118,8 @@ def draw_frames(moments: Sequence[Moment], action_names: Sequence[str], title: s
     images = []
     for t, m in enumerate(moments):
         fig.clf()
-        grid = fig.add_gridspec(2, 2, width_ratios=(1, 1.25), height_ratios=(1.15, 1))
+        grid = fig.add_gridspec(2, 2, width_ratios=(1, 1.25), height_ratios=(1.15, 1), left=0.01, right=0.97,
+                                top=0.93, bottom=0.11, wspace=0.32, hspace=0.25)
         ax_pic = fig.add_subplot(grid[:, 0])
         ax_pic.imshow(m.picture)
         ax_pic.set_axis_off()
@@ -141,7 +142,6 @@ def draw_frames(moments: Sequence[Moment], action_names: Sequence[str], title: s
             ax_bar.set_title(f"chosen: {action_names[m.action]}", fontsize=10)
         else:
             ax_bar.set_axis_off()
-        fig.tight_layout()
         fig.canvas.draw()
         images.append(np.asarray(fig.canvas.buffer_rgba())[..., :3].copy())
     plt.close(fig)
