@@ -148,12 +148,17 @@ def cmd_suite(args: argparse.Namespace) -> None:
     print(f"{label}: {len(tests)} tests, {args.episodes} episodes each, evaluation seeds from {seed}")
     print(format_header())
     start = time.time()
-    results = run_suite(tests, build, args.episodes, seed, args.num_envs, progress=True, say=print)
-    wall = time.time() - start
-    print(f"{len(tests)} tests in {wall:.1f}s")
-    if args.out:
-        write_json(args.out, {"suite": args.suite or "custom", "agent": label, "seed": args.seed, "eval_seed": seed,
-                              "episodes_per_test": args.episodes, "wall_time_s": round(wall, 2), "tests": results})
+
+    def save(results: dict) -> None:  # after every test, so that a long suite stopped early keeps what it ran
+        if args.out:
+            write_json(args.out, {"suite": args.suite or "custom", "agent": label, "seed": args.seed,
+                                  "eval_seed": seed, "episodes_per_test": args.episodes,
+                                  "complete": len(results) == len(tests),
+                                  "wall_time_s": round(time.time() - start, 2), "tests": results})
+
+    run_suite(tests, build, args.episodes, seed, args.num_envs, progress=True,
+              say=lambda line: print(line, flush=True), after_test=save)
+    print(f"{len(tests)} tests in {time.time() - start:.1f}s")
 
 
 def make_eval_agent(args: argparse.Namespace, envs):

@@ -163,9 +163,12 @@ AgentBuilder = Callable[[SyncVectorEnv, SuiteTest], Agent]
 
 
 def run_suite(tests: Sequence[SuiteTest], build_agent: AgentBuilder, episodes: int, seed: int,
-              num_envs: int = 4, progress: bool = False,
-              say: Callable[[str], None] = lambda _: None) -> dict[str, dict[str, Any]]:
-    """`evaluate` under every test, all on the same seeds: {test name: summary with test fields}."""
+              num_envs: int = 4, progress: bool = False, say: Callable[[str], None] = lambda _: None,
+              after_test: Callable[[dict[str, dict[str, Any]]], None] = lambda _: None) -> dict[str, dict[str, Any]]:
+    """`evaluate` under every test, all on the same seeds: {test name: summary with test fields}.
+
+    `after_test` receives the results so far after each test (to save them as they come).
+    """
     results = {}
     for test in tests:
         envs = test.make_envs(num_envs)
@@ -177,6 +180,7 @@ def run_suite(tests: Sequence[SuiteTest], build_agent: AgentBuilder, episodes: i
         results[test.name] = {"description": test.description, "env": test.env_id, "language": test.language,
                               "wall_time_s": round(time.time() - start, 2), **summary}
         say(format_row(test.name, results[test.name]))
+        after_test(results)
     return results
 
 
