@@ -1,4 +1,4 @@
-"""`glamrl` command line: eval, train, plot."""
+"""`glamrl` command line: eval (one level or a suite), train, plot, results, play."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ EXAMPLES = """examples:
   glamrl eval --agent llm --model smollm2-135m --env BabyAI-MixedTrainLocal-v0 --episodes 50
   glamrl train --config configs/quickstart.yaml --run-dir runs/quick ppo.lr=1e-5
   glamrl plot runs/quick runs/other --out curves.png
+  glamrl eval --suite paper --agent bot --episodes 50 --out suite/bot.json
+  glamrl results suite/ --out tables/
+  glamrl play --agent llm --run runs/quick --env BabyAI-TurnToObject-v0 --seed 3 --out episode.gif
 """
 
 
@@ -59,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("runs", nargs="+", type=Path)
     pl.add_argument("--out", type=Path, default=Path("curves.png"))
     pl.add_argument("--probes", action="store_true", help="draw the run's probes.csv (pi(a | probe)) instead")
+
     pp = sub.add_parser("play", help="render one episode as a GIF (or a PNG sheet): picture, text, action probabilities")
     pp.add_argument("--agent", choices=("bot", "random", "llm"), required=True)
     pp.add_argument("--env", default=None, help="BabyAI-Text level id (default: the test's, else MixedTrainLocal)")
@@ -87,14 +91,13 @@ def cmd_play(args: argparse.Namespace) -> None:
     from glamrl.eval.output import check_writable
     from glamrl.eval.render import draw_frames, play_episode, write_episode
     from glamrl.eval.suite import TRAIN_LEVEL, SuiteTest, select_tests
+    from glamrl.envs import make_env
 
     if args.test is not None:
         (test,) = select_tests(None, args.test)
         test = dataclasses.replace(test, env_id=args.env or test.env_id)
     else:
         test = SuiteTest("play", "one episode", env_id=args.env or TRAIN_LEVEL, language=args.language)
-    from glamrl.envs import make_env
-
     make_env(test.env_id)  # an unknown id fails here, before the agent loads
     check_writable(args.out)
     label, build = agent_builder(args)
@@ -137,13 +140,12 @@ def cmd_suite(args: argparse.Namespace) -> None:
     from glamrl.eval.agents import agent_builder
     from glamrl.eval.output import check_writable, write_json
     from glamrl.eval.suite import format_header, run_suite, select_tests
+    from glamrl.train import EVAL_SEED_OFFSET
 
     tests = select_tests(args.suite, args.tests)
     if args.out:
         check_writable(args.out)
     label, build = agent_builder(args)
-    from glamrl.train import EVAL_SEED_OFFSET
-
     seed = args.seed + EVAL_SEED_OFFSET
     print(f"{label}: {len(tests)} tests, {args.episodes} episodes each, evaluation seeds from {seed}")
     print(format_header())
