@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="auto")
     ev.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
     ev.add_argument("--out", type=Path, default=None, help="write the results as JSON")
-    ev.add_argument("--suite", default=None, help="run a generalisation suite (paper, french, all) instead of one env")
+    ev.add_argument("--suite", default=None, help="run a generalisation suite (paper, french, all); its tests set env and language")
     ev.add_argument("--tests", default=None, help="comma-separated suite tests, e.g. french,invented_words")
 
     tr = sub.add_parser("train", help="fine-tune an LLM agent with PPO (resumes an existing run dir)")
