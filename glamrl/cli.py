@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="auto")
     ev.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
     ev.add_argument("--out", type=Path, default=None, help="write the results as JSON")
-    ev.add_argument("--suite", default=None, help="run a generalisation suite (paper, french, all); its tests set env and language")
+    ev.add_argument("--suite", default=None,
+                    help="run a generalisation suite (paper, french, all); its tests set env and language")
     ev.add_argument("--tests", default=None, help="comma-separated suite tests, e.g. french,invented_words")
 
     tr = sub.add_parser("train", help="fine-tune an LLM agent with PPO (resumes an existing run dir)")
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", type=Path, default=Path("curves.png"))
     pl.add_argument("--probes", action="store_true", help="draw the run's probes.csv (pi(a | probe)) instead")
 
-    pp = sub.add_parser("play", help="render one episode as a GIF (or a PNG sheet): picture, text, action probabilities")
+    pp = sub.add_parser("play", help="one episode as a GIF (or a PNG sheet): picture, text, action probabilities")
     pp.add_argument("--agent", choices=("bot", "random", "llm"), required=True)
     pp.add_argument("--env", default=None, help="BabyAI-Text level id (default: the test's, else MixedTrainLocal)")
     pp.add_argument("--test", default=None, help="play under a suite test, e.g. french or invented_words")
@@ -105,7 +106,8 @@ def cmd_play(args: argparse.Namespace) -> None:
     where = test.env_id if args.test is None else f"{test.name}, {test.env_id}"
     images = draw_frames(moments, names, f"{label} | {where} seed {args.seed}")
     write_episode(images, args.out, "gif" if args.format == "gif" else "png")
-    print(f"{label}: {moments[-1].outcome or f'stopped after {len(moments)} frames'}; {len(images)} frames in {args.out}")
+    outcome = moments[-1].outcome or f"stopped after {len(moments)} frames"
+    print(f"{label}: {outcome}; {len(images)} frames in {args.out}")
 
 
 def cmd_results(args: argparse.Namespace) -> None:

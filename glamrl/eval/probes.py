@@ -56,10 +56,12 @@ def load_probes(path: str | Path, action_names: Sequence[str], language: str = "
         raise ProbeError(f"probe file {path} must hold a non-empty list of probes")
     probes = []
     for i, entry in enumerate(entries):
-        if isinstance(entry, dict) and isinstance(entry.get("prompt"), str):
+        entry = entry if isinstance(entry, dict) else {}
+        if isinstance(entry.get("prompt"), str):
             prompt = entry["prompt"]
-        elif isinstance(entry, dict) and isinstance(entry.get("mission"), str) and isinstance(entry.get("observation"), list):
-            prompt = build_prompt(action_names, entry["mission"], [[str(s) for s in entry["observation"]]], [], language)
+        elif isinstance(entry.get("mission"), str) and isinstance(entry.get("observation"), list):
+            sentences = [str(s) for s in entry["observation"]]
+            prompt = build_prompt(action_names, entry["mission"], [sentences], [], language)
         else:
             raise ProbeError(f"probe {i} of {path} needs 'prompt' (a string) or 'mission' and 'observation' (a list)")
         probes.append(Probe(str(entry.get("name", f"probe {i}")), prompt))

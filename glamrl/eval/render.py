@@ -24,6 +24,7 @@ from glamrl.rollout import step
 FRAME_MS = 800          # GIF frame duration
 LAST_FRAME_MS = 2500
 SHEET_COLUMNS = 4
+MAX_SENTENCES = 9       # description sentences shown per frame
 
 
 class RecordFrames(gym.Wrapper):
@@ -76,7 +77,8 @@ def fixed_probabilities(agent: Agent, chosen: int, num_actions: int) -> np.ndarr
     return np.eye(num_actions)[chosen]
 
 
-def play_episode(test: SuiteTest, build_agent: AgentBuilder, seed: int, max_frames: int = 200) -> tuple[list[Moment], list[str]]:
+def play_episode(test: SuiteTest, build_agent: AgentBuilder, seed: int,
+                 max_frames: int = 200) -> tuple[list[Moment], list[str]]:
     """Run one episode of `test`'s level from `seed`; return its moments and the agent's action names."""
     from glamrl.envs import make_vector_env
 
@@ -99,7 +101,8 @@ def play_episode(test: SuiteTest, build_agent: AgentBuilder, seed: int, max_fram
         if s.done[0]:
             (ep,) = s.episodes
             final = s.infos["final_obs"][0]
-            outcome = f"{'success' if ep.success else 'failure'} after {ep.episode_length} steps, return {ep.episode_return:.2f}"
+            result = "success" if ep.success else "failure"
+            outcome = f"{result} after {ep.episode_length} steps, return {ep.episode_return:.2f}"
             moments.append(Moment(recorder.frames[-2], final["mission"], final["descriptions"], None, None, outcome))
             break
         obs = s.next_obs
@@ -127,7 +130,8 @@ def draw_frames(moments: Sequence[Moment], action_names: Sequence[str], title: s
         ax_text = fig.add_subplot(grid[0, 1])
         ax_text.set_axis_off()
         lines = textwrap.wrap(f"Mission: {m.mission}", 62)
-        lines += ["Observation:"] + [f"  {s}" for s in m.descriptions[:8]] + (["  ..."] if len(m.descriptions) > 8 else [])
+        shown = [f"  {s}" for s in m.descriptions[:MAX_SENTENCES]]
+        lines += ["Observation:", *shown] + (["  ..."] if len(m.descriptions) > MAX_SENTENCES else [])
         if m.outcome:
             lines += ["", f"Episode over: {m.outcome}"]
         ax_text.text(0, 1, "\n".join(lines), va="top", ha="left", fontsize=9, family="monospace",
