@@ -55,7 +55,8 @@ def test_run_logs_probes_every_update_and_resume_cuts_them(tmp_path):
     last = [float(r["prob"]) for r in rows if r["update"] == "2"]
     assert first != last  # the policy the probes read is the one being trained
 
-    (run / "probes.csv").write_text((run / "probes.csv").read_text() + "3,24,ghost,turn left,1.0\n")  # a kill mid-update
+    csv_path = run / "probes.csv"
+    csv_path.write_text(csv_path.read_text() + "3,24,ghost,turn left,1.0\n")  # a row of an update killed midway
     train(load_train_config(None, [*TINY, "ppo.total_frames=32"]), run, resume=True, progress=False,
           say=lambda _: None)
     updates = [int(r["update"]) for r in read_rows(run)]
