@@ -1,4 +1,4 @@
-"""`glamrl` command line: eval, train, plot, export."""
+"""`glamrl` command line: eval (one level or a suite), train, plot, results, play, export."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ EXAMPLES = """examples:
   glamrl eval --agent llm --model smollm2-135m --env BabyAI-MixedTrainLocal-v0 --episodes 50
   glamrl train --config configs/quickstart.yaml --run-dir runs/quick ppo.lr=1e-5
   glamrl plot runs/quick runs/other --out curves.png
+  glamrl eval --suite paper --agent bot --episodes 50 --out suite/bot.json
+  glamrl results suite/ --out tables/
+  glamrl play --agent llm --run runs/quick --env BabyAI-TurnToObject-v0 --seed 3 --out episode.gif
   glamrl export --run runs/quick --out exports/quick
 """
 
@@ -57,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="auto")
     ev.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
     ev.add_argument("--out", type=Path, default=None, help="write the results as JSON")
+    ev.add_argument("--suite", default=None,
+                    help="run a generalisation suite (paper, french, all); its tests set env and language")
+    ev.add_argument("--tests", default=None, help="comma-separated suite tests, e.g. french,invented_words")
 
     tr = sub.add_parser("train", help="fine-tune an LLM agent with PPO (resumes an existing run dir)")
     tr.add_argument("--config", type=Path, default=None, help="YAML config (not needed to resume)")
@@ -68,16 +74,71 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="PNG of success rate and return against frames")
     pl.add_argument("runs", nargs="+", type=Path)
     pl.add_argument("--out", type=Path, default=Path("curves.png"))
+    pl.add_argument("--probes", action="store_true", help="draw the run's probes.csv (pi(a | probe)) instead")
 
     ex = sub.add_parser("export", help="write a run's policy as a Hugging Face model directory (+ value head, card)")
     ex.add_argument("--run", type=Path, required=True, help="run directory with a checkpoint")
     ex.add_argument("--out", type=Path, required=True, help="directory to write (must be absent or empty)")
     ex.add_argument("--merge-lora", action="store_true", help="LoRA runs: merged full weights, not an adapter")
     ex.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+
+    pp = sub.add_parser("play", help="one episode as a GIF (or a PNG sheet): picture, text, action probabilities")
+    pp.add_argument("--agent", choices=("bot", "random", "llm"), required=True)
+    pp.add_argument("--env", default=None, help="BabyAI-Text level id (default: the test's, else MixedTrainLocal)")
+    pp.add_argument("--test", default=None, help="play under a suite test, e.g. french or invented_words")
+    pp.add_argument("--seed", type=int, default=1)
+    pp.add_argument("--language", choices=("en", "fr"), default="en")
+    pp.add_argument("--model", default="smollm2-135m", help="llm agent: model name or path")
+    pp.add_argument("--run", type=Path, default=None, help="llm agent: the trained policy of this run dir")
+    pp.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    pp.add_argument("--device", default="auto")
+    pp.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
+    pp.add_argument("--format", choices=("gif", "png-sheet"), default="gif")
+    pp.add_argument("--max-frames", type=positive_int, default=200)
+    pp.add_argument("--out", type=Path, default=Path("episode.gif"))
+
+    rs = sub.add_parser("results", help="table (Markdown, CSV) and bar chart of suite JSONs over agents and seeds")
+    rs.add_argument("inputs", nargs="+", type=Path, help="suite JSONs, or folders searched for them")
+    rs.add_argument("--out", type=Path, default=Path("results"), help="folder for results.md, .csv and .png")
     return parser
 
 
+def cmd_play(args: argparse.Namespace) -> None:
+    import dataclasses
+
+    from glamrl.eval.agents import agent_builder
+    from glamrl.eval.output import check_writable
+    from glamrl.eval.render import draw_frames, play_episode, write_episode
+    from glamrl.eval.suite import TRAIN_LEVEL, SuiteTest, select_tests
+    from glamrl.envs import make_env
+
+    if args.test is not None:
+        (test,) = select_tests(None, args.test)
+        test = dataclasses.replace(test, env_id=args.env or test.env_id)
+    else:
+        test = SuiteTest("play", "one episode", env_id=args.env or TRAIN_LEVEL, language=args.language)
+    make_env(test.env_id)  # an unknown id fails here, before the agent loads
+    check_writable(args.out)
+    label, build = agent_builder(args)
+    moments, names = play_episode(test, build, args.seed, args.max_frames)
+    where = test.env_id if args.test is None else f"{test.name}, {test.env_id}"
+    images = draw_frames(moments, names, f"{label} | {where} seed {args.seed}")
+    write_episode(images, args.out, "gif" if args.format == "gif" else "png")
+    outcome = moments[-1].outcome or f"stopped after {len(moments)} frames"
+    print(f"{label}: {outcome}; {len(images)} frames in {args.out}")
+
+
+def cmd_results(args: argparse.Namespace) -> None:
+    from glamrl.eval.results import write_results
+
+    table, paths = write_results(args.inputs, args.out)
+    print(table)
+    print("wrote " + ", ".join(str(p) for p in paths))
+
+
 def cmd_eval(args: argparse.Namespace) -> None:
+    if args.suite is not None or args.tests is not None:
+        return cmd_suite(args)
     from glamrl.envs import make_vector_env
     from glamrl.rollout import evaluate, format_table
     from glamrl.rundir import check_writable_file
@@ -94,6 +155,36 @@ def cmd_eval(args: argparse.Namespace) -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(summary, indent=2))
         print(f"wrote {args.out}")
+
+
+def cmd_suite(args: argparse.Namespace) -> None:
+    """`glamrl eval --suite`: every test of the suite, one JSON; bad names, agents or paths fail first."""
+    import time
+
+    from glamrl.eval.agents import agent_builder
+    from glamrl.eval.output import check_writable, write_json
+    from glamrl.eval.suite import format_header, run_suite, select_tests
+    from glamrl.train import EVAL_SEED_OFFSET
+
+    tests = select_tests(args.suite, args.tests)
+    if args.out:
+        check_writable(args.out)
+    label, build = agent_builder(args)
+    seed = args.seed + EVAL_SEED_OFFSET
+    print(f"{label}: {len(tests)} tests, {args.episodes} episodes each, evaluation seeds from {seed}")
+    print(format_header())
+    start = time.time()
+
+    def save(results: dict) -> None:  # after every test, so that a long suite stopped early keeps what it ran
+        if args.out:
+            write_json(args.out, {"suite": args.suite or "custom", "agent": label, "seed": args.seed,
+                                  "eval_seed": seed, "episodes_per_test": args.episodes,
+                                  "complete": len(results) == len(tests),
+                                  "wall_time_s": round(time.time() - start, 2), "tests": results})
+
+    run_suite(tests, build, args.episodes, seed, args.num_envs, progress=True,
+              say=lambda line: print(line, flush=True), after_test=save)
+    print(f"{len(tests)} tests in {time.time() - start:.1f}s")
 
 
 def make_eval_agent(args: argparse.Namespace, envs):
@@ -171,13 +262,21 @@ def cmd_plot(args: argparse.Namespace) -> None:
     from glamrl.rundir import check_writable_file
 
     check_writable_file(args.out)
+    if args.probes:
+        from glamrl.eval.probes import plot_probes
+
+        for run in args.runs:
+            out = args.out if len(args.runs) == 1 else run / "probes.png"
+            print(plot_probes(run, out))
+        return
     print(plot_runs(args.runs, args.out))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        {"eval": cmd_eval, "train": cmd_train, "plot": cmd_plot, "export": cmd_export}[args.command](args)
+        {"eval": cmd_eval, "train": cmd_train, "plot": cmd_plot, "results": cmd_results,
+         "play": cmd_play, "export": cmd_export}[args.command](args)
     except KeyboardInterrupt:
         print("glamrl: interrupted", file=sys.stderr)
         return 130

@@ -187,6 +187,8 @@ class RunConfig:
     """also write TensorBoard scalars to RUN_DIR/tb."""
     check_replicas: bool = False
     """under torchrun, verify after every update that all ranks hold bitwise the same weights."""
+    probes: str | None = None
+    """YAML file of probe prompts (configs/probes/*.yaml): pi(a | probe) is logged to probes.csv at every update."""
 
     def __post_init__(self) -> None:
         _check(self.eval_episodes >= 0, f"run.eval_episodes must be >= 0 (0 skips evaluation), got {self.eval_episodes}")

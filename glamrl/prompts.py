@@ -28,14 +28,17 @@ def build_prompt(
     observations: Sequence[Sequence[str]],
     past_actions: Sequence[str],
     language: str = "en",
+    goal_header: str | None = None,
 ) -> str:
     """GLAM's prompt from the action names, the mission and the kept history.
 
     `observations[i]` is the list of description sentences of observation i (oldest
     first); `past_actions[i]` is the action taken after it, so there is one fewer
-    action than observations in the prompt of a decision.
+    action than observations in the prompt of a decision. `goal_header` replaces the
+    language's "Goal of the agent:" (the suite's intro tests: "You have to").
     """
-    actions_header, goal_header = HEADERS[language]
+    actions_header, default_goal_header = HEADERS[language]
+    goal_header = default_goal_header if goal_header is None else goal_header
     prompt = actions_header + ",".join(f" {a}" for a in actions)
     prompt += f" \n {goal_header} {mission}"
     for i, sentences in enumerate(observations):
@@ -59,7 +62,8 @@ class PromptHistory:
     def clear(self) -> None:
         self.past.clear()
 
-    def prompt(self, actions: Sequence[str], mission: str, sentences: Sequence[str], language: str = "en") -> str:
+    def prompt(self, actions: Sequence[str], mission: str, sentences: Sequence[str], language: str = "en",
+               goal_header: str | None = None) -> str:
         """The prompt of a decision on the current observation `sentences`."""
         observations = [obs for obs, _ in self.past] + [sentences]
-        return build_prompt(actions, mission, observations, [a for _, a in self.past], language)
+        return build_prompt(actions, mission, observations, [a for _, a in self.past], language, goal_header)

@@ -12,6 +12,7 @@ from tqdm import tqdm
 
 from glamrl.agents.base import Agent, Decision
 from glamrl.envs import EpisodeResult, finished_episodes
+from glamrl.eval.stats import mean_interval, wilson_interval
 
 
 @dataclass
@@ -85,10 +86,14 @@ def summarize(results: list[EpisodeResult]) -> dict[str, Any]:
 
 
 def _stats(results: list[EpisodeResult]) -> dict[str, Any]:
+    """Means, with 95% intervals: Wilson for the success rate, normal approximation for the return."""
+    returns = [r.episode_return for r in results]
     return {
         "episodes": len(results),
         "success_rate": float(np.mean([r.success for r in results])),
-        "mean_return": float(np.mean([r.episode_return for r in results])),
+        "success_ci": list(wilson_interval(sum(r.success for r in results), len(results))),
+        "mean_return": float(np.mean(returns)),
+        "return_ci": list(mean_interval(returns)),
         "mean_length": float(np.mean([r.episode_length for r in results])),
     }
 

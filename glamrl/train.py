@@ -25,6 +25,7 @@ from glamrl.agents.llm import LLMAgent
 from glamrl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from glamrl.config import TrainConfig, write_config
 from glamrl.errors import GlamrlError
+from glamrl.eval.probes import start_probe_log
 from glamrl.llm.policy import LLMPolicy
 from glamrl.rl.buffer import RolloutBuffer
 from glamrl.rl.gae import compute_gae
@@ -119,6 +120,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: C
     # env i of rank r starts at seed + (update * K + r) * N + i: no two envs, ranks or updates share a seed,
     # and a resumed run starts fresh episodes
     obs, _ = envs.reset(seed=cfg.env.seed + (update * K + ranks.rank) * N)
+    probes = start_probe_log(cfg, run_dir, policy, update if state is not None else None) if ranks.is_main else None
 
     buffer = RolloutBuffer(T, N)
     recent = deque(maxlen=100)  # success of the last episodes, for the progress bar
@@ -192,6 +194,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: C
         if not ranks.is_main:
             continue
         logger.log(metrics)
+        if probes is not None:
+            probes.record(policy, update, frames)
         if update % cfg.run.checkpoint_every == 0 or frames >= p.total_frames:
             save_checkpoint(run_dir, {
                 "policy": policy.trainable_state_dict(), "optimizer": optimizer.state_dict(),

@@ -24,8 +24,10 @@ class LLMAgent:
         nbr_obs: int = 3,
         language: str = "en",
         greedy: bool = False,
+        goal_header: str | None = None,
     ) -> None:
         self.policy = policy
+        self.goal_header = goal_header  # None: the language's "Goal of the agent:"
         self.action_names = list(action_names)
         self.language = language
         self.greedy = greedy
@@ -34,7 +36,7 @@ class LLMAgent:
     def prompts(self, obs: dict[str, Any], envs: Sequence[int]) -> list[str]:
         """The prompts of envs `envs` for the batched observation `obs` (one entry per env in `envs`)."""
         return [
-            self.histories[i].prompt(self.action_names, mission, sentences, self.language)
+            self.histories[i].prompt(self.action_names, mission, sentences, self.language, self.goal_header)
             for i, mission, sentences in zip(envs, obs["mission"], obs["descriptions"])
         ]
 

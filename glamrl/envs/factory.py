@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,17 +62,18 @@ def make_env(env_id: str, *, task: str | None = None, language: str = "en", fait
 
 
 def make_vector_env(env_id: str, num_envs: int, *, task: str | None = None, language: str = "en",
-                    faithful: bool = False, max_steps: int | None = None,
-                    render_mode: str | None = None) -> SyncVectorEnv:
-    """`num_envs` copies of `make_env(...)`, auto-reset in the same step.
+                    faithful: bool = False, max_steps: int | None = None, render_mode: str | None = None,
+                    wrapper: Callable[[BabyAITextEnv], gym.Env] | None = None) -> SyncVectorEnv:
+    """`num_envs` copies of `make_env(...)` (each wrapped by `wrapper`, if given), auto-reset in the same step.
 
     After an episode ends, the returned observation is the new episode's first one
     and the ended episode's info is in `infos["final_info"]` (see `finished_episodes`).
     `reset(seed=s)` seeds copy i with s + i.
     """
-    def thunk() -> BabyAITextEnv:
-        return make_env(env_id, task=task, language=language, faithful=faithful,
-                        max_steps=max_steps, render_mode=render_mode)
+    def thunk() -> gym.Env:
+        env = make_env(env_id, task=task, language=language, faithful=faithful,
+                       max_steps=max_steps, render_mode=render_mode)
+        return env if wrapper is None else wrapper(env)
 
     make_env(env_id, task=task, language=language)  # fail here, not inside the vector env
     return SyncVectorEnv([thunk] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)

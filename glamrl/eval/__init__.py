@@ -1,0 +1,1 @@
+"""Evaluation beyond one level: the generalisation suite, result tables, probes and episode rendering."""

@@ -1,0 +1,151 @@
+"""Action-probability probes: pi(a | fixed prompt) for every action, logged while a run trains.
+
+A probe file (`run.probes: FILE`) is a YAML list; each entry is either a raw prompt
+or a mission and one observation, built into GLAM's prompt with the run's action names:
+
+    - name: red ball left
+      mission: go to the red ball
+      observation: [You see a red ball 1 step left]
+    - name: raw
+      prompt: "Possible action of the agent: ... \\n Action 0: "
+
+The run writes RUN_DIR/probes.csv (update, frames, probe, action, prob), one row per
+probe and action before training (update 0) and after every update; `glamrl plot RUN
+--probes` draws it. It shows how grounding moves the model's preferences.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+
+from glamrl.config import TrainConfig
+from glamrl.errors import GlamrlError
+from glamrl.prompts import build_prompt
+
+PROBES_FILE = "probes.csv"
+COLUMNS = ("update", "frames", "probe", "action", "prob")
+
+
+class ProbeError(GlamrlError, ValueError):
+    """A probe file that is missing or malformed, or a run without probes.csv."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    prompt: str
+
+
+def load_probes(path: str | Path, action_names: Sequence[str], language: str = "en") -> list[Probe]:
+    """The probes of YAML file `path`, prompts built with `action_names` where the entry gives no raw prompt."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProbeError(f"probe file not found: {path} (run.probes)")
+    try:
+        entries = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ProbeError(f"probe file {path} is not valid YAML: {err}") from None
+    if not isinstance(entries, list) or not entries:
+        raise ProbeError(f"probe file {path} must hold a non-empty list of probes")
+    probes = []
+    for i, entry in enumerate(entries):
+        entry = entry if isinstance(entry, dict) else {}
+        if isinstance(entry.get("prompt"), str):
+            prompt = entry["prompt"]
+        elif isinstance(entry.get("mission"), str) and isinstance(entry.get("observation"), list):
+            sentences = [str(s) for s in entry["observation"]]
+            prompt = build_prompt(action_names, entry["mission"], [sentences], [], language)
+        else:
+            raise ProbeError(f"probe {i} of {path} needs 'prompt' (a string) or 'mission' and 'observation' (a list)")
+        probes.append(Probe(str(entry.get("name", f"probe {i}")), prompt))
+    return probes
+
+
+class ProbeLog:
+    """Appends pi(a | probe) to RUN_DIR/probes.csv; on resume, first cuts rows after the checkpointed update."""
+
+    def __init__(self, run_dir: Path, probes: Sequence[Probe], action_names: Sequence[str],
+                 resume_after_update: int | None = None) -> None:
+        self.path = Path(run_dir) / PROBES_FILE
+        self.probes = list(probes)
+        self.action_names = list(action_names)
+        kept = []
+        if resume_after_update is not None and self.path.exists():
+            with open(self.path, newline="") as f:
+                kept = [r for r in csv.DictReader(f) if int(r["update"]) <= resume_after_update]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, COLUMNS)
+            writer.writeheader()
+            writer.writerows(kept)
+        os.replace(tmp, self.path)
+
+    @torch.inference_mode()
+    def record(self, policy: torch.nn.Module, update: int, frames: int) -> None:
+        """Score every probe with `policy` (an `LLMPolicy`) and append its action probabilities."""
+        probs = policy([p.prompt for p in self.probes], self.action_names).log_probs.float().exp()  # (P, A)
+        with open(self.path, "a", newline="") as f:
+            writer = csv.writer(f)
+            for probe, row in zip(self.probes, probs.tolist()):
+                writer.writerows([update, frames, probe.name, a, f"{p:.6f}"] for a, p in zip(self.action_names, row))
+
+
+def start_probe_log(cfg: TrainConfig, run_dir: Path, policy: torch.nn.Module,
+                    resume_after_update: int | None) -> ProbeLog | None:
+    """The run's probe log (None without `run.probes`); a new run records the untrained policy as update 0."""
+    if cfg.run.probes is None:
+        return None
+    log = ProbeLog(run_dir, load_probes(cfg.run.probes, cfg.prompt.actions, cfg.env.language), cfg.prompt.actions,
+                   resume_after_update)
+    if resume_after_update is None:
+        log.record(policy, 0, 0)
+    return log
+
+
+def read_probes(run_dir: Path) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
+    """{probe: {action: (frames, probabilities)}} from RUN_DIR/probes.csv."""
+    path = Path(run_dir) / PROBES_FILE
+    if not path.exists():
+        raise ProbeError(f"{run_dir} has no {PROBES_FILE} (train with run.probes=FILE)")
+    curves: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            frames, probs = curves.setdefault(r["probe"], {}).setdefault(r["action"], ([], []))
+            frames.append(int(r["frames"]))
+            probs.append(float(r["prob"]))
+    return curves
+
+
+def plot_probes(run_dir: Path, out: Path) -> Path:
+    """One panel per probe: pi(a | probe) against frames, one line per action."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = read_probes(run_dir)
+    cols = min(3, len(curves))
+    rows = -(-len(curves) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False, sharey=True)
+    for ax, (probe, actions) in zip(axes.flat, curves.items()):
+        for action, (frames, probs) in actions.items():
+            ax.plot(frames, probs, marker=".", label=action)
+        ax.set(title=probe, xlabel="frames", ylim=(0, 1))
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(curves):]:
+        ax.axis("off")
+    axes[0][0].set_ylabel("pi(action | probe)")
+    axes[0][0].legend(fontsize="small")
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,195 @@
+"""GLAM's generalisation suite: one registry of tests, each a change of what the agent reads.
+
+A test substitutes whole words in the mission, the descriptions and the action names
+(`glamrl.eval.substitutions`), replaces the action names or the prompt's goal header, or
+changes the level or the language. The level's logic is never touched, so the bot still
+solves every test, and every test of one level replays the same evaluation seeds.
+
+Adding a test takes a few lines:
+
+    register_test(SuiteTest("colour_swap", "red and blue swapped", words={"red": "blue", "blue": "red"}))
+    glamrl eval --agent bot --tests colour_swap
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gymnasium.vector import SyncVectorEnv
+
+from glamrl.agents.base import Agent
+from glamrl.envs.actions import FRENCH_ACTION_NAMES, SYNONYM_ACTION_NAMES
+from glamrl.envs.text_env import BabyAITextEnv
+from glamrl.errors import GlamrlError
+from glamrl.eval.substitutions import SubstituteWords, WordSubstitution
+from glamrl.rollout import evaluate
+
+TRAIN_LEVEL = "BabyAI-MixedTrainLocal-v0"
+TEST_LEVEL = "BabyAI-MixedTestLocal-v0"
+
+
+class UnknownTestError(GlamrlError, KeyError):
+    """A suite or test name that is not registered."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class SuiteTest:
+    """One generalisation test."""
+
+    name: str
+    """registry key, used by `--tests`."""
+    description: str
+    """one line for tables and the JSON."""
+    words: Mapping[str, str] = field(default_factory=dict)
+    """whole-word substitutions applied to the mission, every description sentence and the action names."""
+    actions: tuple[str, ...] | None = None
+    """action names replacing the agent's own (before `words` applies); None keeps them."""
+    goal_header: str | None = None
+    """replaces the prompt's "Goal of the agent:"; None keeps it."""
+    language: str = "en"
+    """language of the env's descriptions and missions (and of the prompt's headers)."""
+    env_id: str = TRAIN_LEVEL
+    """the level evaluated."""
+
+    def action_names(self, own: Sequence[str]) -> tuple[str, ...]:
+        """The names an agent whose own action names are `own` reads under this test."""
+        substitute = WordSubstitution(self.words)
+        return tuple(substitute(a) for a in (own if self.actions is None else self.actions))
+
+    def wrap(self, env: BabyAITextEnv) -> SubstituteWords:
+        """`env` (one copy of the test's level) with the test's text substitutions."""
+        return SubstituteWords(env, self.words, self.actions)
+
+    def make_envs(self, num_envs: int) -> SyncVectorEnv:
+        """`num_envs` copies of the test's level, with the test's text substitutions."""
+        from glamrl.envs import make_vector_env
+
+        return make_vector_env(self.env_id, num_envs, language=self.language, wrapper=self.wrap)
+
+
+TESTS: dict[str, SuiteTest] = {}
+"""Every registered test, by name."""
+SUITES: dict[str, list[str]] = {}
+"""Named lists of tests (`--suite`)."""
+
+
+def register_test(test: SuiteTest, suites: Sequence[str] = ()) -> SuiteTest:
+    """Add `test` to the registry (and to the named suites, created if new)."""
+    TESTS[test.name] = test
+    for suite in suites:
+        SUITES.setdefault(suite, []).append(test.name)
+    return test
+
+
+def select_tests(suite: str | None, names: str | None) -> list[SuiteTest]:
+    """The tests of `suite`, or those named in the comma-separated `names` (any registered test)."""
+    if suite is not None and suite not in SUITES:
+        raise UnknownTestError(f"unknown suite {suite!r}; known suites: {', '.join(SUITES)}")
+    if names is None:
+        return [TESTS[name] for name in SUITES[suite or "paper"]]
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in TESTS]
+    if unknown or not wanted:
+        raise UnknownTestError(f"unknown test name(s) {unknown or [names]}; known tests: {', '.join(TESTS)}")
+    return [TESTS[n] for n in wanted]
+
+
+# ------------------------------------------------------------------ the paper's tests
+OTHER_NAMES = {"key": "chair", "ball": "table", "box": "car"}
+ADJECTIVE_SYNONYMS = {"red": "vermilion", "green": "jade", "blue": "cyan", "purple": "violet",
+                      "yellow": "golden", "grey": "silver"}
+INVENTED_NOUNS = {"key": "dax", "ball": "xolo", "box": "afze"}
+INVENTED_ADJECTIVES = {"red": "faze", "green": "jatu", "blue": "croh", "purple": "vurst",
+                       "yellow": "gakul", "grey": "sil"}
+
+# French: every gender form of a colour maps to one invariable word; the locked-door
+# phrase is protected so that renaming "clef" leaves "fermée à clef" alone.
+_FR_LOCKED = {"fermée à clef": "fermée à clef", "fermé à clef": "fermé à clef"}
+_FR_COLOURS = {"red": ("rouge",), "green": ("vert", "verte"), "blue": ("bleu", "bleue"),
+               "purple": ("violet", "violette"), "yellow": ("jaune",), "grey": ("gris", "grise")}
+_FR_NOUNS = {"key": "clef", "ball": "balle", "box": "boîte"}
+
+
+def _french_nouns(new: Mapping[str, str]) -> dict[str, str]:
+    return {**_FR_LOCKED, **{_FR_NOUNS[en]: word for en, word in new.items()}}
+
+
+def _french_colours(new: Mapping[str, str]) -> dict[str, str]:
+    return {form: new[en] for en, forms in _FR_COLOURS.items() for form in forms}
+
+
+FR_OTHER_NAMES = _french_nouns({"key": "chaise", "ball": "table", "box": "voiture"})
+FR_ADJECTIVE_SYNONYMS = _french_colours({"red": "vermillon", "green": "jade", "blue": "cyan",
+                                         "purple": "mauve", "yellow": "ocre", "grey": "argent"})
+FR_INVENTED_NOUNS = _french_nouns(INVENTED_NOUNS)
+FR_INVENTED_ADJECTIVES = _french_colours(INVENTED_ADJECTIVES)
+
+for _test in [
+    SuiteTest("no_change", "the training level as trained"),
+    SuiteTest("other_names", "other real nouns for the objects", words=OTHER_NAMES),
+    SuiteTest("adjective_synonyms", "synonyms of the colours", words=ADJECTIVE_SYNONYMS),
+    SuiteTest("invented_nouns", "invented nouns for the objects", words=INVENTED_NOUNS),
+    SuiteTest("invented_adjectives", "invented colour words", words=INVENTED_ADJECTIVES),
+    SuiteTest("invented_words", "invented nouns and colours", words={**INVENTED_NOUNS, **INVENTED_ADJECTIVES}),
+    SuiteTest("intro_first_person", 'goal header "I would like the agent to"', goal_header="I would like the agent to"),
+    SuiteTest("intro_second_person", 'goal header "You have to"', goal_header="You have to"),
+    SuiteTest("synonym_actions", "synonyms of the action names", actions=SYNONYM_ACTION_NAMES),
+    SuiteTest("french", "prompt, descriptions, mission and actions in French", actions=FRENCH_ACTION_NAMES,
+              language="fr"),
+    SuiteTest("test_level", "new object-colour pairs and pick up A then pick up B", env_id=TEST_LEVEL),
+]:
+    register_test(_test, suites=("paper", "all"))
+
+SUITES["french"] = ["french"]
+for _name, _description, _words in [
+    ("french_other_names", "French, other real nouns", FR_OTHER_NAMES),
+    ("french_adjective_synonyms", "French, synonyms of the colours", FR_ADJECTIVE_SYNONYMS),
+    ("french_invented_nouns", "French, invented nouns", FR_INVENTED_NOUNS),
+    ("french_invented_adjectives", "French, invented colour words", FR_INVENTED_ADJECTIVES),
+    ("french_invented_words", "French, invented nouns and colours", {**FR_INVENTED_NOUNS, **FR_INVENTED_ADJECTIVES}),
+]:
+    register_test(SuiteTest(_name, _description, _words, FRENCH_ACTION_NAMES, language="fr"), suites=("french", "all"))
+
+
+# ------------------------------------------------------------------------- running
+AgentBuilder = Callable[[SyncVectorEnv, SuiteTest], Agent]
+"""Builds the agent evaluated under one test, for that test's envs (see `glamrl.eval.agents`)."""
+
+
+def run_suite(tests: Sequence[SuiteTest], build_agent: AgentBuilder, episodes: int, seed: int,
+              num_envs: int = 4, progress: bool = False, say: Callable[[str], None] = lambda _: None,
+              after_test: Callable[[dict[str, dict[str, Any]]], None] = lambda _: None) -> dict[str, dict[str, Any]]:
+    """`evaluate` under every test, all on the same seeds: {test name: summary with test fields}.
+
+    `after_test` receives the results so far after each test (to save them as they come).
+    """
+    results = {}
+    for test in tests:
+        envs = test.make_envs(num_envs)
+        start = time.time()
+        try:
+            summary = evaluate(envs, build_agent(envs, test), episodes, seed=seed, progress=progress)
+        finally:
+            envs.close()
+        results[test.name] = {"description": test.description, "env": test.env_id, "language": test.language,
+                              "wall_time_s": round(time.time() - start, 2), **summary}
+        say(format_row(test.name, results[test.name]))
+        after_test(results)
+    return results
+
+
+def format_header() -> str:
+    return f"{'test':<28}{'success':>8}  {'95% CI':<13}{'return':>8}  {'95% CI':<13}{'time':>7}"
+
+
+def format_row(name: str, r: dict[str, Any]) -> str:
+    lo, hi = r["success_ci"]
+    rlo, rhi = r["return_ci"]
+    return (f"{name:<28}{r['success_rate']:>8.3f}  [{lo:.2f}, {hi:.2f}]  {r['mean_return']:>8.3f}  "
+            f"[{rlo:.2f}, {rhi:.2f}]  {r['wall_time_s']:>6.1f}s")

@@ -1,0 +1,164 @@
+"""The generalisation suite: substitutions reach the prompt, the bot is unaffected, errors come first."""
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES, SYNONYM_ACTION_NAMES
+from glamrl.eval.agents import agent_builder
+from glamrl.eval.stats import mean_interval, wilson_interval
+from glamrl.eval.substitutions import WordSubstitution
+from glamrl.eval.suite import SUITES, TESTS, SuiteTest, register_test, run_suite, select_tests
+
+SEEDS = range(1_000_000, 1_000_030)
+ENGLISH_VOCABULARY = {
+    "you", "see", "carry", "step", "steps", "forward", "left", "right", "wall", "door", "key", "ball", "box",
+    "red", "green", "blue", "purple", "yellow", "grey", "turn", "go", "pick", "up", "drop", "toggle", "goal",
+    "possible", "open", "closed", "locked", "then", "after", "put", "next", "the", "to", "and",
+}
+
+
+@pytest.fixture(scope="module")
+def llm_builder():
+    torch.set_num_threads(1)
+    args = argparse.Namespace(agent="llm", model="tiny-llama", run=None, dtype="float32", device="cpu",
+                              greedy=False, seed=1)
+    return agent_builder(args)[1]
+
+
+def first_prompts(test: SuiteTest, build) -> list[str]:
+    """The prompt the agent reads at the first step of each seed of SEEDS."""
+    envs = test.make_envs(1)
+    agent = build(envs, test)
+    prompts = []
+    for seed in SEEDS:
+        obs, _ = envs.reset(seed=seed)
+        prompts.append(agent.prompts(obs, [0])[0])
+    envs.close()
+    return prompts
+
+
+def test_substitution_replaces_whole_words_only():
+    sub = WordSubstitution({"grey": "sil", "box": "afze", "key": "dax"})
+    assert sub("a grey box, a greyish boxes, a keystone key") == "a sil afze, a greyish boxes, a keystone dax"
+    assert WordSubstitution({})("unchanged") == "unchanged"
+    french = WordSubstitution({"fermée à clef": "fermée à clef", "clef": "chaise"})
+    assert french("une porte fermée à clef, une clef") == "une porte fermée à clef, une chaise"
+
+
+@pytest.mark.parametrize("name", [n for n in SUITES["all"] if TESTS[n].words])
+def test_each_substitution_reaches_the_prompt(name, llm_builder):
+    test = TESTS[name]
+    baseline = TESTS["french" if test.language == "fr" else "no_change"]
+    substitute = WordSubstitution(test.words)
+    protected = WordSubstitution({old: "" for old, new in test.words.items() if old == new})  # "fermée à clef"
+    seen = set()
+    for before, after in zip(first_prompts(baseline, llm_builder), first_prompts(test, llm_builder)):
+        assert after == substitute(before)  # mission, descriptions and action names, nothing else
+        before, after = protected(before), protected(after)
+        for old, new in test.words.items():
+            if old != new and re.search(rf"\b{re.escape(old)}\b", before):
+                seen.add(old)
+                assert re.search(rf"\b{re.escape(new)}\b", after)
+                assert not re.search(rf"\b{re.escape(old)}\b", after)
+    assert len(seen) >= 3, f"{name}: the seeds exercise too few substitutions ({seen})"
+
+
+@pytest.mark.parametrize(("name", "header"), [("intro_first_person", "I would like the agent to go to"),
+                                              ("intro_second_person", "You have to go to")])
+def test_intro_tests_change_the_goal_header(name, header, llm_builder):
+    prompts = first_prompts(TESTS[name], llm_builder)
+    assert any(header in p for p in prompts)
+    assert not any("Goal of the agent" in p for p in prompts)
+
+
+def test_french_prompt_has_no_english_word(llm_builder):
+    for prompt in first_prompts(TESTS["french"], llm_builder):
+        assert prompt.startswith("Actions possibles pour l'agent: tourner à gauche")
+        english = set(re.findall(r"\w+", prompt.lower())) & ENGLISH_VOCABULARY
+        assert not english, f"English words {english} in {prompt!r}"
+
+
+def test_synonym_actions_map_back_to_the_env_actions(llm_builder):
+    test = TESTS["synonym_actions"]
+    envs = test.make_envs(1)
+    agent = llm_builder(envs, test)
+    assert agent.action_names == list(SYNONYM_ACTION_NAMES) == list(envs.envs[0].action_names)
+    assert "rotate left" in agent.prompts(envs.reset(seed=3)[0], [0])[0]
+    level = envs.envs[0].unwrapped
+    for name, turn in [("rotate left", -1), ("rotate right", 1)]:
+        before = level.agent_dir
+        envs.step(np.array([agent.action_names.index(name)]))
+        assert level.agent_dir == (before + turn) % 4
+    envs.close()
+    assert TESTS["french"].action_names(ACTION_NAMES) == FRENCH_ACTION_NAMES
+    assert TESTS["invented_words"].action_names(ACTION_NAMES) == ACTION_NAMES
+
+
+def test_bot_solves_every_test():
+    bot = agent_builder(argparse.Namespace(agent="bot", seed=1))[1]
+    results = run_suite([TESTS[n] for n in SUITES["all"]], bot, episodes=8, seed=1_000_001, num_envs=2)
+    assert set(results) == set(SUITES["all"])
+    for name, r in results.items():
+        assert r["success_rate"] >= 0.98, name
+        assert r["success_ci"][0] <= r["success_rate"] <= r["success_ci"][1]
+
+
+def test_random_stays_in_its_band_and_ignores_the_text():
+    random = agent_builder(argparse.Namespace(agent="random", seed=1))[1]
+    results = run_suite([TESTS["no_change"], TESTS["invented_words"]], random, episodes=40, seed=1_000_001)
+    assert 0.03 <= results["no_change"]["success_rate"] <= 0.3
+    # same seeds, same action draws, text changes only: an agent that does not read must not notice
+    assert results["no_change"]["success_rate"] == results["invented_words"]["success_rate"]
+    assert results["no_change"]["per_task"] == results["invented_words"]["per_task"]
+
+
+def test_a_user_test_is_a_few_lines():
+    register_test(SuiteTest("swap_red_blue", "red and blue swapped", words={"red": "blue", "blue": "red"}))
+    try:
+        (test,) = select_tests(None, "swap_red_blue")
+        assert WordSubstitution(test.words)("a red ball and a blue box") == "a blue ball and a red box"
+    finally:
+        del TESTS["swap_red_blue"]
+
+
+def test_confidence_intervals():
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    assert wilson_interval(10, 10) == pytest.approx((0.7225, 1.0), abs=1e-4)
+    assert mean_interval([1.0, 2.0, 3.0]) == pytest.approx((2 - 1.1316, 2 + 1.1316), abs=1e-4)
+
+
+def glamrl(*args):
+    return subprocess.run([sys.executable, "-m", "glamrl.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_suite_cli_writes_one_json(tmp_path):
+    out = tmp_path / "suite.json"
+    done = glamrl("eval", "--agent", "bot", "--tests", "french,invented_words", "--episodes", "4", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert list(data["tests"]) == ["french", "invented_words"] and data["agent"] == "bot"
+    assert data["eval_seed"] > 1_000_000 and data["tests"]["french"]["episodes"] == 4
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--agent", "bot", "--tests", "french,klingon"], "klingon"),
+    (["--agent", "bot", "--suite", "nope"], "unknown suite 'nope'"),
+    (["--agent", "llm", "--model", "/no/such/model", "--suite", "paper"], "/no/such/model"),
+    (["--agent", "bot", "--suite", "paper", "--out", "{file}/sub/out.json"], "cannot write"),
+])
+def test_suite_errors_are_one_line_before_any_episode(tmp_path, capsys, args, message):
+    from glamrl.cli import main
+
+    (tmp_path / "file").write_text("not a folder")
+    code = main(["eval", *[a.replace("{file}", str(tmp_path / "file")) for a in args], "--episodes", "2"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert "no_change" not in out  # no test ran
