@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from glamrl.config import AGENT_KINDS
 from glamrl.errors import GlamrlError
 
 EXAMPLES = """examples:
@@ -33,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     ev = sub.add_parser("eval", help="evaluate an agent: success rate, return, length, per task")
-    ev.add_argument("--agent", choices=("bot", "random", "llm"), required=True)
+    ev.add_argument("--agent", choices=AGENT_KINDS, default=None,
+                    help="agent kind (with --run: checked against the run's; default: the run's)")
     ev.add_argument("--env", default="BabyAI-MixedTrainLocal-v0", help="BabyAI-Text level id")
     ev.add_argument("--episodes", type=positive_int, default=100)
     ev.add_argument("--seed", type=int, default=1)
@@ -41,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--task", default=None, help="restrict a Mixed level to one task kind")
     ev.add_argument("--language", choices=("en", "fr"), default="en")
     ev.add_argument("--model", default="smollm2-135m", help="llm agent: model name or path")
-    ev.add_argument("--run", type=Path, default=None, help="llm agent: evaluate the trained policy of this run dir")
+    ev.add_argument("--run", type=Path, default=None, help="evaluate the trained agent of this run dir (any kind)")
     ev.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     ev.add_argument("--device", default="auto")
     ev.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
@@ -75,38 +77,33 @@ def cmd_eval(args: argparse.Namespace) -> None:
 
 
 def make_eval_agent(args: argparse.Namespace, envs):
-    if args.agent == "random":
-        from glamrl.agents.random import RandomAgent
-
-        return RandomAgent(envs.num_envs, seed=args.seed)
-    if args.agent == "bot":
-        from glamrl.agents.bot import BotAgent
-
-        return BotAgent(envs)
-    from glamrl.agents.llm import LLMAgent
-    from glamrl.config import ModelConfig, TrainConfig
+    """The agent `glamrl eval` runs: a run's trained agent (--run), or a fresh one of kind --agent."""
+    from glamrl.agents.factory import AgentKindError, make_agent, make_model, restore_agent
+    from glamrl.config import AgentConfig, EnvConfig, ModelConfig, PromptConfig, TrainConfig
     from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES
-    from glamrl.llm.policy import LLMPolicy
 
     if args.run is not None:
-        from glamrl.checkpoint import CheckpointError, load_checkpoint
-        from glamrl.train import resolve_config
-
-        cfg, _ = resolve_config(args.run, None, [])
-        state = load_checkpoint(args.run)
-        if state is None:
-            raise CheckpointError(f"{args.run} has no checkpoint to evaluate")
-        policy = LLMPolicy(cfg.model, cfg.prompt.actions)
-        policy.load_trainable_state_dict(state["policy"])
-        return LLMAgent(policy, envs.num_envs, cfg.prompt.actions, cfg.prompt.nbr_obs, args.language, args.greedy)
+        agent, cfg = restore_agent(args.run, envs, language=args.language, greedy=args.greedy, kind=args.agent)
+        args.agent = cfg.agent.kind
+        return agent
+    if args.agent is None:
+        raise AgentKindError("give --agent (a fresh agent) or --run (a trained one)")
+    if args.agent in ("drrn", "symbolic"):
+        raise AgentKindError(f"a fresh {args.agent} agent is untrained: give --run with a trained {args.agent} run")
     actions = FRENCH_ACTION_NAMES if args.language == "fr" else ACTION_NAMES
-    policy = LLMPolicy(ModelConfig(name=args.model, dtype=args.dtype, device=args.device), actions)
-    return LLMAgent(policy, envs.num_envs, actions, 3, args.language, args.greedy)
+    cfg = TrainConfig(
+        env=EnvConfig(id=args.env, seed=args.seed, task=args.task, language=args.language),  # envs: built by the caller
+        prompt=PromptConfig(actions=list(actions)),
+        model=ModelConfig(name=args.model, dtype=args.dtype, device=args.device),
+        agent=AgentConfig(kind=args.agent),
+    )
+    return make_agent(cfg, make_model(cfg), envs, greedy=args.greedy)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
     from glamrl.config import ConfigError, load_train_config
     from glamrl.plot import plot_runs
+    from glamrl.rundir import run_lock
     from glamrl.train import default_run_dir, resolve_config, train
 
     cfg = load_train_config(args.config, args.overrides) if args.config else None
@@ -114,7 +111,10 @@ def cmd_train(args: argparse.Namespace) -> None:
     if run_dir is None:
         raise ConfigError("give --config (a new run) or --run-dir (a run to resume)")
     cfg, resume = resolve_config(run_dir, cfg, args.overrides)
-    result = train(cfg, run_dir, resume=resume, progress=not args.no_progress)
+    if cfg.agent.kind == "drrn":  # off-policy; llm and symbolic train with PPO
+        from glamrl.train_drrn import train_drrn as train
+    with run_lock(run_dir):
+        result = train(cfg, run_dir, resume=resume, progress=not args.no_progress)
     png = plot_runs([run_dir], run_dir / "curves.png")
     print(f"trained {result.updates} updates, {result.frames} frames; logs, checkpoints and {png.name} in {run_dir}")
     if result.success_before is not None and result.success_after is not None:

@@ -33,6 +33,11 @@ class Step:
     def episodes(self) -> list[EpisodeResult]:
         return finished_episodes(self.infos)
 
+    def final_obs(self, envs: np.ndarray) -> dict[str, Any]:
+        """The last observation of the episodes that just ended in `envs`, batched like `next_obs`."""
+        final = [self.infos["final_obs"][i] for i in envs]
+        return {key: [o[key] for o in final] for key in final[0]}
+
 
 def step(envs: gym.vector.VectorEnv, agent: Agent, obs: dict[str, Any]) -> Step:
     """Let `agent` act on `obs` and step every env once. The caller ends the agent's episodes."""

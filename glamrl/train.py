@@ -23,10 +23,9 @@ import yaml
 from tqdm import tqdm
 
 from glamrl.errors import GlamrlError
-from glamrl.agents.llm import LLMAgent
+from glamrl.agents.factory import AgentKindError, make_agent, make_model
 from glamrl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from glamrl.config import ConfigError, TrainConfig, apply_overrides, from_dict
-from glamrl.llm.policy import LLMPolicy
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.buffer import RolloutBuffer
 from glamrl.rl.ppo import accumulate_gradients
@@ -34,6 +33,7 @@ from glamrl.rollout import evaluate, step
 from glamrl.runlog import RunLogger, episode_stats
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training ones
+PPO_KINDS = ("llm", "symbolic")
 LOSS_TERMS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
 
 
@@ -73,10 +73,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def make_agent(cfg: TrainConfig, policy: LLMPolicy, greedy: bool = False) -> LLMAgent:
-    return LLMAgent(policy, cfg.env.num_envs, cfg.prompt.actions, cfg.prompt.nbr_obs, cfg.env.language, greedy)
-
-
 def write_config(cfg: TrainConfig, run_dir: Path) -> None:
     """RUN_DIR/config.yaml, written atomically: a run directory keeps the config it was started with."""
     tmp = run_dir / ".config.yaml.tmp"
@@ -86,7 +82,9 @@ def write_config(cfg: TrainConfig, run_dir: Path) -> None:
 
 def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool = True,
           say: Callable[[str], None] = print) -> TrainResult:
-    """Train (or resume, from RUN_DIR's last checkpoint) the LLM agent `cfg` describes."""
+    """Train (or resume, from RUN_DIR's last checkpoint) the PPO agent `cfg` describes (llm or symbolic)."""
+    if cfg.agent.kind not in PPO_KINDS:
+        raise AgentKindError(f"PPO trains agent kinds {', '.join(PPO_KINDS)}, not {cfg.agent.kind!r}")
     run_dir.mkdir(parents=True, exist_ok=True)
     state = load_checkpoint(run_dir) if resume else None
     if not resume:
@@ -97,11 +95,11 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     num_updates = math.ceil(p.total_frames / cfg.batch_size)
 
     # ---- model, optimizer, envs
-    policy = LLMPolicy(cfg.model, cfg.prompt.actions)
+    policy = make_model(cfg)
     params = [w for w in policy.parameters() if w.requires_grad]
     optimizer = torch.optim.Adam(params, lr=p.lr, betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps)
     envs = cfg.env.make_vector_env()
-    agent = make_agent(cfg, policy)
+    agent = make_agent(cfg, policy, envs)
     update, frames, episodes, duration = 0, 0, 0, 0.0
     if state is not None:
         policy.load_trainable_state_dict(state["policy"])
@@ -135,9 +133,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                        s.terminated, s.truncated)
             cut = np.flatnonzero(s.truncated & ~s.terminated)
             if len(cut):  # bootstrap a time-limit cut from V(final observation)
-                final = [s.infos["final_obs"][i] for i in cut]
-                final_obs = {"mission": [o["mission"] for o in final], "descriptions": [o["descriptions"] for o in final]}
-                buffer.final_values[t, cut] = agent.values(final_obs, cut)
+                buffer.final_values[t, cut] = agent.values(s.final_obs(cut), cut)
             agent.end_episodes(s.done)
             finished += s.episodes
             obs = s.next_obs
@@ -203,10 +199,10 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     return TrainResult(run_dir, update, frames, success_before, success_after)
 
 
-def evaluate_policy(cfg: TrainConfig, policy: LLMPolicy) -> dict[str, Any]:
+def evaluate_policy(cfg: TrainConfig, policy: torch.nn.Module) -> dict[str, Any]:
     """The policy's success on fresh evaluation episodes (seeds apart from training)."""
     envs = cfg.env.make_vector_env()
-    agent = make_agent(cfg, policy, greedy=cfg.run.eval_greedy)
+    agent = make_agent(cfg, policy, envs, greedy=cfg.run.eval_greedy)
     try:
         return evaluate(envs, agent, cfg.run.eval_episodes, seed=cfg.env.seed + EVAL_SEED_OFFSET)
     finally:
