@@ -1,4 +1,4 @@
-"""`glamrl` command line: eval, train, plot."""
+"""`glamrl` command line: eval, train, demos, bc, plot."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ EXAMPLES = """examples:
   glamrl eval --agent bot --env BabyAI-MixedTestLocal-v0 --episodes 200
   glamrl eval --agent llm --model smollm2-135m --env BabyAI-MixedTrainLocal-v0 --episodes 50
   glamrl train --config configs/quickstart.yaml --run-dir runs/quick ppo.lr=1e-5
+  glamrl demos --agent bot --env BabyAI-GoToObjS4-v0 --episodes 500 --out demos.jsonl
+  glamrl bc --data demos.jsonl --config configs/bc.yaml --run-dir runs/bc
+  glamrl train --config configs/quickstart.yaml agent.init_from=runs/bc
   glamrl plot runs/quick runs/other --out curves.png
 """
 
@@ -55,6 +58,26 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--no-progress", action="store_true")
     tr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. ppo.lr=1e-5 env.num_envs=8")
 
+    de = sub.add_parser("demos", help="record an agent's episodes as (prompt, action) JSONL records")
+    de.add_argument("--agent", choices=("bot", "random"), default=None, help="default: bot (without --run)")
+    de.add_argument("--run", type=Path, default=None, help="record the trained agent of this run dir")
+    de.add_argument("--env", default="BabyAI-MixedTrainLocal-v0", help="BabyAI-Text level id")
+    de.add_argument("--episodes", type=positive_int, default=100)
+    de.add_argument("--seed", type=int, default=1)
+    de.add_argument("--num-envs", type=positive_int, default=4)
+    de.add_argument("--task", default=None, help="restrict a Mixed level to one task kind")
+    de.add_argument("--language", choices=("en", "fr"), default="en")
+    de.add_argument("--greedy", action="store_true", help="--run: the trained agent's argmax actions")
+    de.add_argument("--nbr-obs", type=positive_int, default=3, help="observations kept in each recorded prompt")
+    de.add_argument("--out", type=Path, required=True, help="JSONL file, one record per step")
+
+    bc = sub.add_parser("bc", help="behavioural cloning of demonstrations into an LLM (resumes an existing run dir)")
+    bc.add_argument("--data", type=Path, required=True, help="JSONL demonstrations from glamrl demos")
+    bc.add_argument("--config", type=Path, default=None, help="YAML config (model, prompt, bc sections)")
+    bc.add_argument("--run-dir", type=Path, required=True)
+    bc.add_argument("--no-progress", action="store_true")
+    bc.add_argument("overrides", nargs="*", help="dotted overrides, e.g. bc.lr=1e-4 model.lora=true")
+
     pl = sub.add_parser("plot", help="PNG of success rate and return against frames")
     pl.add_argument("runs", nargs="+", type=Path)
     pl.add_argument("--out", type=Path, default=Path("curves.png"))
@@ -94,10 +117,44 @@ def make_eval_agent(args: argparse.Namespace, envs):
     cfg = TrainConfig(
         env=EnvConfig(id=args.env, seed=args.seed, task=args.task, language=args.language),  # envs: built by the caller
         prompt=PromptConfig(actions=list(actions)),
-        model=ModelConfig(name=args.model, dtype=args.dtype, device=args.device),
+        model=ModelConfig(name=args.model, dtype=args.dtype, device=args.device) if args.agent == "llm" else ModelConfig(),
         agent=AgentConfig(kind=args.agent),
     )
     return make_agent(cfg, make_model(cfg), envs, greedy=args.greedy)
+
+
+def cmd_demos(args: argparse.Namespace) -> None:
+    from glamrl.demos import record_demos, write_demos
+    from glamrl.envs import make_vector_env
+    from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES
+    from glamrl.rollout import format_table
+
+    if args.agent is None and args.run is None:
+        args.agent = "bot"
+    envs = make_vector_env(args.env, args.num_envs, task=args.task, language=args.language)
+    agent = make_eval_agent(args, envs)
+    actions = FRENCH_ACTION_NAMES if args.language == "fr" else ACTION_NAMES
+    records, summary = record_demos(envs, agent, args.episodes, args.seed, actions, args.nbr_obs, args.language,
+                                    progress=True)
+    write_demos(records, args.out)
+    print(f"{args.agent} on {args.env}: {args.episodes} episodes, {len(records)} records in {args.out}")
+    print(format_table(summary))
+
+
+def cmd_bc(args: argparse.Namespace) -> None:
+    from glamrl.bc import train_bc
+    from glamrl.config import load_train_config
+    from glamrl.plot import plot_runs
+    from glamrl.rundir import run_lock
+    from glamrl.train import resolve_config
+
+    cfg = load_train_config(args.config, args.overrides) if args.config else None
+    cfg, resume = resolve_config(args.run_dir, cfg, args.overrides)
+    with run_lock(args.run_dir):
+        result = train_bc(cfg, args.data, args.run_dir, resume=resume, progress=not args.no_progress)
+    png = plot_runs([args.run_dir], args.run_dir / "curves.png", metrics=("loss",))
+    print(f"cloned for {result.updates} steps ({result.frames} records); logs, checkpoints and {png.name} "
+          f"in {args.run_dir}")
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -130,7 +187,8 @@ def cmd_plot(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        {"eval": cmd_eval, "train": cmd_train, "plot": cmd_plot}[args.command](args)
+        {"eval": cmd_eval, "train": cmd_train, "demos": cmd_demos, "bc": cmd_bc,
+         "plot": cmd_plot}[args.command](args)
     except KeyboardInterrupt:
         print("glamrl: interrupted", file=sys.stderr)
         return 130

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,11 +48,13 @@ def step(envs: gym.vector.VectorEnv, agent: Agent, obs: dict[str, Any]) -> Step:
 
 
 def evaluate(
-    envs: gym.vector.VectorEnv, agent: Agent, episodes: int, seed: int, progress: bool = False
+    envs: gym.vector.VectorEnv, agent: Agent, episodes: int, seed: int, progress: bool = False,
+    on_episode: Callable[[EpisodeResult], None] | None = None,
 ) -> dict[str, Any]:
     """Success rate, mean return and length over `episodes` episodes, overall and per task.
 
     Each env contributes a fixed quota of episodes, so short episodes are not favoured.
+    `on_episode` is called with each counted episode, after the agent's `end_episodes`.
     """
     n = envs.num_envs
     quota = np.full(n, episodes // n) + (np.arange(n) < episodes % n)
@@ -67,6 +70,8 @@ def evaluate(
                 if counted[ep.env_index] < quota[ep.env_index]:
                     counted[ep.env_index] += 1
                     results.append(ep)
+                    if on_episode is not None:
+                        on_episode(ep)
                     bar.update(1)
             obs = s.next_obs
     return summarize(results)
