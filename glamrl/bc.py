@@ -23,11 +23,10 @@ import torch
 from tqdm import tqdm
 
 from glamrl.agents.factory import AgentKindError, make_model
-from glamrl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from glamrl.checkpoint import rng_state, save_checkpoint
 from glamrl.config import TrainConfig
 from glamrl.demos import DemoFileError, read_demos
-from glamrl.runlog import RunLogger
-from glamrl.train import TrainResult, evaluate_policy, seed_everything, write_config
+from glamrl.train import TrainResult, open_logger, open_run, report_success, restore_training
 
 
 def bc_loss(policy: torch.nn.Module, prompts: list[str], actions: torch.Tensor) -> torch.Tensor:
@@ -48,11 +47,7 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
         raise DemoFileError(f"{data} has action indices outside 0..{num_actions - 1}")
     prompts = [r["prompt"] for r in records]
     actions = torch.tensor([r["action_index"] for r in records])                    # (R,)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    state = load_checkpoint(run_dir) if resume else None
-    if not resume:
-        write_config(cfg, run_dir)
-    seed_everything(cfg.env.seed)
+    state = open_run(cfg, run_dir, resume)
     b = cfg.bc
     steps_per_epoch = math.ceil(len(records) / b.batch_size)
     total_steps = b.epochs * steps_per_epoch
@@ -63,19 +58,12 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
     optimizer = torch.optim.Adam(params, lr=b.lr)
     update, frames, duration = 0, 0, 0.0
     if state is not None:
-        policy.load_trainable_state_dict(state["policy"])
-        optimizer.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"])
+        restore_training(state, policy, optimizer)
         update, frames, duration = state["update"], state["frames"], state["duration"]
         say(f"resuming {run_dir} after step {update}")
 
-    success_before = None
-    if state is None and cfg.run.eval_episodes:
-        success_before = evaluate_policy(cfg, policy)["success_rate"]
-        say(f"success rate before cloning: {success_before:.3f} ({cfg.run.eval_episodes} episodes)")
-
-    logger = RunLogger(run_dir, resume_after_update=update if state is not None else None,
-                       tensorboard=cfg.run.tensorboard)
+    success_before = report_success(cfg, policy, "before cloning", say) if state is None else None
+    logger = open_logger(cfg, run_dir, state)
     bar = tqdm(total=total_steps, initial=update, unit="step", disable=not progress)
     start_time, row_start, losses, grad_norms = time.time() - duration, time.time(), [], []
     while update < total_steps:
@@ -112,8 +100,4 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
     bar.close()
     logger.close()
 
-    success_after = None
-    if cfg.run.eval_episodes:
-        success_after = evaluate_policy(cfg, policy)["success_rate"]
-        say(f"success rate after cloning: {success_after:.3f} ({cfg.run.eval_episodes} episodes)")
-    return TrainResult(run_dir, update, frames, success_before, success_after)
+    return TrainResult(run_dir, update, frames, success_before, report_success(cfg, policy, "after cloning", say))

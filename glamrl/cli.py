@@ -31,6 +31,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def add_episode_args(parser: argparse.ArgumentParser) -> None:
+    """The level and the episodes to run: shared by eval and demos."""
+    parser.add_argument("--env", default="BabyAI-MixedTrainLocal-v0", help="BabyAI-Text level id")
+    parser.add_argument("--episodes", type=positive_int, default=100)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--num-envs", type=positive_int, default=4)
+    parser.add_argument("--task", default=None, help="restrict a Mixed level to one task kind")
+    parser.add_argument("--language", choices=("en", "fr"), default="en")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="glamrl", description=__doc__, epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -39,12 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate an agent: success rate, return, length, per task")
     ev.add_argument("--agent", choices=AGENT_KINDS, default=None,
                     help="agent kind (with --run: checked against the run's; default: the run's)")
-    ev.add_argument("--env", default="BabyAI-MixedTrainLocal-v0", help="BabyAI-Text level id")
-    ev.add_argument("--episodes", type=positive_int, default=100)
-    ev.add_argument("--seed", type=int, default=1)
-    ev.add_argument("--num-envs", type=positive_int, default=4)
-    ev.add_argument("--task", default=None, help="restrict a Mixed level to one task kind")
-    ev.add_argument("--language", choices=("en", "fr"), default="en")
+    add_episode_args(ev)
     ev.add_argument("--model", default="smollm2-135m", help="llm agent: model name or path")
     ev.add_argument("--run", type=Path, default=None, help="evaluate the trained agent of this run dir (any kind)")
     ev.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
@@ -61,12 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     de = sub.add_parser("demos", help="record an agent's episodes as (prompt, action) JSONL records")
     de.add_argument("--agent", choices=("bot", "random"), default=None, help="default: bot (without --run)")
     de.add_argument("--run", type=Path, default=None, help="record the trained agent of this run dir")
-    de.add_argument("--env", default="BabyAI-MixedTrainLocal-v0", help="BabyAI-Text level id")
-    de.add_argument("--episodes", type=positive_int, default=100)
-    de.add_argument("--seed", type=int, default=1)
-    de.add_argument("--num-envs", type=positive_int, default=4)
-    de.add_argument("--task", default=None, help="restrict a Mixed level to one task kind")
-    de.add_argument("--language", choices=("en", "fr"), default="en")
+    add_episode_args(de)
     de.add_argument("--greedy", action="store_true", help="--run: the trained agent's argmax actions")
     de.add_argument("--nbr-obs", type=positive_int, default=3, help="observations kept in each recorded prompt")
     de.add_argument("--out", type=Path, required=True, help="JSONL file, one record per step")

@@ -112,6 +112,11 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def _check_positive(section: Any, name: str, fields: tuple[str, ...]) -> None:
+    for field_name in fields:
+        _check(getattr(section, field_name) >= 1, f"{name}.{field_name} must be >= 1")
+
+
 # ----------------------------------------------------------------- loading / overrides
 def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
     """Build dataclass `cls` from `data`, checking every key and type."""
@@ -270,9 +275,8 @@ class DRRNConfig:
     """observation texts are cut to their last max_tokens words."""
 
     def __post_init__(self) -> None:
-        for name in ("total_frames", "embedding_dim", "hidden_size", "batch_size", "replay_size", "train_every",
-                     "target_update_every", "log_every", "max_tokens"):
-            _check(getattr(self, name) >= 1, f"drrn.{name} must be >= 1")
+        _check_positive(self, "drrn", ("total_frames", "embedding_dim", "hidden_size", "batch_size", "replay_size",
+                                       "train_every", "target_update_every", "log_every", "max_tokens"))
         _check(self.lr > 0, "drrn.lr must be > 0")
         _check(0 <= self.gamma <= 1, "drrn.gamma must be in [0, 1]")
         _check(0 <= self.epsilon_end <= self.epsilon_start <= 1,
@@ -291,8 +295,7 @@ class SymbolicConfig:
     memory_dim: int = 128
 
     def __post_init__(self) -> None:
-        for name in ("image_dim", "instr_dim", "memory_dim"):
-            _check(getattr(self, name) >= 1, f"symbolic.{name} must be >= 1")
+        _check_positive(self, "symbolic", ("image_dim", "instr_dim", "memory_dim"))
 
 
 @dataclass
@@ -306,8 +309,7 @@ class BCConfig:
     """optimizer steps between log rows (and checkpoints)."""
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "log_every"):
-            _check(getattr(self, name) >= 1, f"bc.{name} must be >= 1")
+        _check_positive(self, "bc", ("epochs", "batch_size", "log_every"))
         _check(self.lr > 0, "bc.lr must be > 0")
 
 

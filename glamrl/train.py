@@ -80,16 +80,44 @@ def write_config(cfg: TrainConfig, run_dir: Path) -> None:
     os.replace(tmp, run_dir / "config.yaml")
 
 
-def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool = True,
-          say: Callable[[str], None] = print) -> TrainResult:
-    """Train (or resume, from RUN_DIR's last checkpoint) the PPO agent `cfg` describes (llm or symbolic)."""
-    if cfg.agent.kind not in PPO_KINDS:
-        raise AgentKindError(f"PPO trains agent kinds {', '.join(PPO_KINDS)}, not {cfg.agent.kind!r}")
+def open_run(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict[str, Any] | None:
+    """Create RUN_DIR and seed everything; resuming: its last checkpoint, else write its config and return None."""
     run_dir.mkdir(parents=True, exist_ok=True)
     state = load_checkpoint(run_dir) if resume else None
     if not resume:
         write_config(cfg, run_dir)
     seed_everything(cfg.env.seed)
+    return state
+
+
+def restore_training(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Load a checkpoint's trained weights, optimizer and RNG states (every training loop stores these three)."""
+    model.load_trainable_state_dict(state["policy"])
+    optimizer.load_state_dict(state["optimizer"])
+    set_rng_state(state["rng"])
+
+
+def open_logger(cfg: TrainConfig, run_dir: Path, state: dict[str, Any] | None) -> RunLogger:
+    """RUN_DIR's log, cut back to the checkpoint being resumed (`state`) or started afresh."""
+    return RunLogger(run_dir, resume_after_update=state["update"] if state is not None else None,
+                     tensorboard=cfg.run.tensorboard)
+
+
+def report_success(cfg: TrainConfig, model: torch.nn.Module, when: str, say: Callable[[str], None]) -> float | None:
+    """Success rate on `cfg.run.eval_episodes` evaluation episodes, said aloud; None when that is 0."""
+    if not cfg.run.eval_episodes:
+        return None
+    rate = evaluate_policy(cfg, model)["success_rate"]
+    say(f"success rate {when}: {rate:.3f} ({cfg.run.eval_episodes} episodes)")
+    return rate
+
+
+def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool = True,
+          say: Callable[[str], None] = print) -> TrainResult:
+    """Train (or resume, from RUN_DIR's last checkpoint) the PPO agent `cfg` describes (llm or symbolic)."""
+    if cfg.agent.kind not in PPO_KINDS:
+        raise AgentKindError(f"PPO trains agent kinds {', '.join(PPO_KINDS)}, not {cfg.agent.kind!r}")
+    state = open_run(cfg, run_dir, resume)
     p = cfg.ppo
     N, T = cfg.env.num_envs, p.num_steps
     num_updates = math.ceil(p.total_frames / cfg.batch_size)
@@ -102,19 +130,12 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     agent = make_agent(cfg, policy, envs)
     update, frames, episodes, duration = 0, 0, 0, 0.0
     if state is not None:
-        policy.load_trainable_state_dict(state["policy"])
-        optimizer.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"])
+        restore_training(state, policy, optimizer)
         update, frames, episodes, duration = state["update"], state["frames"], state["episodes"], state["duration"]
         say(f"resuming {run_dir} after update {update} ({frames} frames)")
 
-    success_before = None
-    if state is None and cfg.run.eval_episodes:
-        success_before = evaluate_policy(cfg, policy)["success_rate"]
-        say(f"success rate before training: {success_before:.3f} ({cfg.run.eval_episodes} episodes)")
-
-    logger = RunLogger(run_dir, resume_after_update=update if state is not None else None,
-                       tensorboard=cfg.run.tensorboard)
+    success_before = report_success(cfg, policy, "before training", say) if state is None else None
+    logger = open_logger(cfg, run_dir, state)
     obs, _ = envs.reset(seed=cfg.env.seed + update * N)  # a resumed run starts fresh episodes
 
     buffer = RolloutBuffer(T, N)
@@ -192,11 +213,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     logger.close()
     envs.close()
 
-    success_after = None
-    if cfg.run.eval_episodes:
-        success_after = evaluate_policy(cfg, policy)["success_rate"]
-        say(f"success rate after training: {success_after:.3f} ({cfg.run.eval_episodes} episodes)")
-    return TrainResult(run_dir, update, frames, success_before, success_after)
+    return TrainResult(run_dir, update, frames, success_before, report_success(cfg, policy, "after training", say))
 
 
 def evaluate_policy(cfg: TrainConfig, policy: torch.nn.Module) -> dict[str, Any]:

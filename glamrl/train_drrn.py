@@ -26,13 +26,13 @@ from tqdm import tqdm
 
 from glamrl.agents.drrn import DRRNAgent, DRRNetwork
 from glamrl.agents.factory import AgentKindError, make_agent, make_model
-from glamrl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from glamrl.checkpoint import rng_state, save_checkpoint
 from glamrl.config import DRRNConfig, TrainConfig
 from glamrl.rl.dqn import double_q_loss, linear_epsilon
 from glamrl.rl.replay import ReplayMemory
 from glamrl.rollout import step
-from glamrl.runlog import RunLogger, episode_stats
-from glamrl.train import TrainResult, evaluate_policy, seed_everything, write_config
+from glamrl.runlog import episode_stats
+from glamrl.train import TrainResult, open_logger, open_run, report_success, restore_training
 
 
 def q_learning_step(network: DRRNetwork, target: DRRNetwork, optimizer: torch.optim.Optimizer,
@@ -55,11 +55,7 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
     """Train (or resume, from RUN_DIR's last checkpoint) the DRRN agent `cfg` describes."""
     if cfg.agent.kind != "drrn":
         raise AgentKindError(f"train_drrn trains agent kind 'drrn', not {cfg.agent.kind!r}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    state = load_checkpoint(run_dir) if resume else None
-    if not resume:
-        write_config(cfg, run_dir)
-    seed_everything(cfg.env.seed)
+    state = open_run(cfg, run_dir, resume)
     d, N = cfg.drrn, cfg.env.num_envs
     steps_per_row = math.ceil(d.log_every / N)
     num_rows = math.ceil(d.total_frames / (steps_per_row * N))
@@ -73,23 +69,16 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
     agent: DRRNAgent = make_agent(cfg, network, envs)
     update, frames, episodes, duration, grad_steps = 0, 0, 0, 0.0, 0
     if state is not None:
-        network.load_trainable_state_dict(state["policy"])
+        restore_training(state, network, optimizer)
         target.load_state_dict(state["target"])
-        optimizer.load_state_dict(state["optimizer"])
         memory.load_state_dict(state["replay"])
-        set_rng_state(state["rng"])
         update, frames, episodes, duration, grad_steps = (state[k] for k in (
             "update", "frames", "episodes", "duration", "grad_steps"))
         agent.rng = np.random.default_rng([cfg.env.seed, update])
         say(f"resuming {run_dir} after row {update} ({frames} frames)")
 
-    success_before = None
-    if state is None and cfg.run.eval_episodes:
-        success_before = evaluate_policy(cfg, network)["success_rate"]
-        say(f"success rate before training: {success_before:.3f} ({cfg.run.eval_episodes} episodes)")
-
-    logger = RunLogger(run_dir, resume_after_update=update if state is not None else None,
-                       tensorboard=cfg.run.tensorboard)
+    success_before = report_success(cfg, network, "before training", say) if state is None else None
+    logger = open_logger(cfg, run_dir, state)
     obs, _ = envs.reset(seed=cfg.env.seed + update * N)  # a resumed run starts fresh episodes
     bar = tqdm(total=num_rows * steps_per_row * N, initial=frames, unit="frame", disable=not progress)
     start_time = time.time() - duration
@@ -143,8 +132,4 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
     logger.close()
     envs.close()
 
-    success_after = None
-    if cfg.run.eval_episodes:
-        success_after = evaluate_policy(cfg, network)["success_rate"]
-        say(f"success rate after training: {success_after:.3f} ({cfg.run.eval_episodes} episodes)")
-    return TrainResult(run_dir, update, frames, success_before, success_after)
+    return TrainResult(run_dir, update, frames, success_before, report_success(cfg, network, "after training", say))

@@ -17,17 +17,11 @@ from glamrl.rollout import evaluate
 from glamrl.runlog import read_log
 from glamrl.train import evaluate_policy, train
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TINY = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=8", "env.seed=2", "prompt.nbr_obs=1",
         "model.name=tiny-llama", "model.device=cpu", "run.tensorboard=false",
         "bc.lr=2e-3", "bc.epochs=6", "bc.batch_size=16", "bc.log_every=20"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -14,19 +14,13 @@ from glamrl.runlog import read_log
 from glamrl.train import evaluate_policy
 from glamrl.train_drrn import train_drrn
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TINY = [
     "agent.kind=drrn", "env.id=BabyAI-TurnToObject-v0", "env.num_envs=8", "env.seed=2",
     "drrn.embedding_dim=32", "drrn.hidden_size=64", "drrn.learning_starts=160", "drrn.epsilon_decay_frames=800",
     "drrn.target_update_every=20", "drrn.log_every=400", "run.tensorboard=false",
 ]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_double_q_target_uses_the_online_argmax_valued_by_the_target():

@@ -12,17 +12,11 @@ from glamrl.config import ConfigError, load_train_config
 from glamrl.train import train
 from glamrl.train_drrn import train_drrn
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def glamrl(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "glamrl.cli", *args], capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 TINY_ENV = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "run.tensorboard=false"]

@@ -10,17 +10,11 @@ from glamrl.config import AgentConfig, load_train_config
 from glamrl.runlog import read_log
 from glamrl.train import evaluate_policy, train
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TINY = ["env.id=BabyAI-GoToObjS4-v0", "env.num_envs=16", "env.seed=1", "ppo.num_steps=32", "ppo.minibatch_size=128",
         "ppo.lr=1e-3", "symbolic.image_dim=32", "symbolic.instr_dim=32", "symbolic.memory_dim=32",
         "run.tensorboard=false", "run.checkpoint_every=4", "run.eval_episodes=0"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_symbolic_ppo_learns_go_to_obj_and_beats_random_on_the_same_seeds(tmp_path):
