@@ -1,11 +1,12 @@
 """The comparison agents' longer runs (not in CI): success per task kind, frames/s, wall time.
 
-    python benchmarks/baselines.py [--only symbolic,drrn,bc] [--symbolic-frames 1000000]
+    python benchmarks/baselines.py [--only symbolic,drrn,bc,speed] [--symbolic-frames 1000000]
         [--drrn-frames 200000] [--bc-episodes 2000] [--eval-episodes 200] [--out runs/baselines.json]
 
 - symbolic: configs/symbolic.yaml (symbolic PPO) on BabyAI-MixedTrainLocal-v0;
 - drrn: configs/drrn.yaml on BabyAI-MixedTrainLocal-v0;
-- bc: bot demonstrations of BabyAI-GoToObjS4-v0 cloned into the embedded SmolLM2 (configs/bc.yaml).
+- bc: bot demonstrations of BabyAI-GoToObjS4-v0 cloned into the embedded SmolLM2 (configs/bc.yaml);
+- speed: CPU frames/s of the symbolic agent (env alone, collection, whole PPO updates).
 Each trained agent is evaluated on fresh episodes (seeds apart from training) with `glamrl eval`'s
 code. Runs live in runs/bench-*; running again resumes them. The paper's anchors on
 MixedTrainLocal: GLAM 0.89 at 1.5M frames, NPAE 0.17, DRRN 0.14, random 0.15.
@@ -19,12 +20,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from glamrl.agents.factory import make_agent, restore_agent
+import numpy as np
+import torch
+
+from glamrl.agents.factory import make_agent, make_model, restore_agent
 from glamrl.bc import train_bc
 from glamrl.checkpoint import load_checkpoint
 from glamrl.config import load_train_config
 from glamrl.demos import record_demos, write_demos
-from glamrl.rollout import evaluate, format_table
+from glamrl.rollout import evaluate, format_table, step
 from glamrl.rundir import run_lock
 from glamrl.train import EVAL_SEED_OFFSET, train
 from glamrl.train_drrn import train_drrn
@@ -81,7 +85,35 @@ def bench_bc(args: argparse.Namespace) -> dict[str, Any]:
     return {**timing, **evaluate_run(run_dir, args.eval_episodes)}
 
 
-BENCHES = {"symbolic": bench_symbolic, "drrn": bench_drrn, "bc": bench_bc}
+def bench_speed(args: argparse.Namespace) -> dict[str, Any]:
+    """CPU time per frame (time.process_time, as benchmarks/env_speed.py) of the symbolic agent's PPO:
+    the vector env alone under random actions, collection (env + batched forward), and whole updates."""
+    cfg = load_train_config("configs/symbolic.yaml", ["env.num_envs=16", "ppo.num_steps=64", "ppo.total_frames=4096",
+                                                      "ppo.minibatch_size=256", "run.eval_episodes=0",
+                                                      "run.tensorboard=false", *args.speed_overrides])
+    torch.set_num_threads(args.threads)
+    envs = cfg.env.make_vector_env()
+    envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    start = time.process_time()
+    for _ in range(256):
+        envs.step(rng.integers(0, 6, envs.num_envs))
+    env_fps = 256 * envs.num_envs / (time.process_time() - start)
+    agent = make_agent(cfg, make_model(cfg), envs)
+    obs, _ = envs.reset(seed=0)
+    start = time.process_time()
+    for _ in range(256):
+        s = step(envs, agent, obs)
+        agent.end_episodes(s.done)
+        obs = s.next_obs
+    collect_fps = 256 * envs.num_envs / (time.process_time() - start)
+    start = time.process_time()
+    result = train(cfg, RUNS / "bench-symbolic-speed", progress=False)
+    train_fps = result.frames / (time.process_time() - start)
+    return {"env_fps": env_fps, "collect_fps": collect_fps, "train_fps": train_fps}
+
+
+BENCHES = {"symbolic": bench_symbolic, "drrn": bench_drrn, "bc": bench_bc, "speed": bench_speed}
 
 
 def main() -> None:
@@ -91,14 +123,16 @@ def main() -> None:
     parser.add_argument("--drrn-frames", type=int, default=200_000)
     parser.add_argument("--bc-episodes", type=int, default=2_000)
     parser.add_argument("--eval-episodes", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=1, help="speed: torch threads")
+    parser.add_argument("--speed-overrides", nargs="*", default=[], help="speed: config overrides, e.g. symbolic.image_dim=32")
     parser.add_argument("--out", type=Path, default=RUNS / "baselines.json")
     args = parser.parse_args()
     results = {}
     for name in args.only.split(","):
         results[name] = BENCHES[name](args)
-        timing = {k: round(v, 1) for k, v in results[name].items() if k in ("frames", "wall_s", "frames_per_s",
-                                                                             "records_per_s")}
-        print(f"== {name}: {timing}\n{format_table(results[name])}", flush=True)
+        figures = {k: round(v, 1) for k, v in results[name].items() if isinstance(v, (int, float))}
+        table = format_table(results[name]) if "per_task" in results[name] else ""
+        print(f"== {name}: {figures}\n{table}", flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2))
 

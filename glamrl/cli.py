@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
     ev.add_argument("--out", type=Path, default=None, help="write the results as JSON")
 
-    tr = sub.add_parser("train", help="fine-tune an LLM agent with PPO (resumes an existing run dir)")
+    tr = sub.add_parser("train", help="train an agent: llm, npae or symbolic with PPO, drrn off-policy (resumes a run dir)")
     tr.add_argument("--config", type=Path, default=None, help="YAML config (not needed to resume)")
     tr.add_argument("--run-dir", type=Path, default=None, help="default: runs/{env}-{model}-seed{seed}")
     tr.add_argument("--no-progress", action="store_true")

@@ -51,8 +51,8 @@ class TrainResult:
 
 
 def default_run_dir(cfg: TrainConfig) -> Path:
-    """runs/{env}-{model}-seed{seed}: the one place run ids are made."""
-    model = Path(cfg.model.name).stem.replace("/", "_")
+    """runs/{env}-{model}-seed{seed} (llm) or runs/{env}-{kind}-seed{seed}: the one place run ids are made."""
+    model = Path(cfg.model.name).stem.replace("/", "_") if cfg.agent.kind == "llm" else cfg.agent.kind
     return Path("runs") / f"{cfg.env.id}-{model}-seed{cfg.env.seed}"
 
 

@@ -73,10 +73,11 @@ def test_drrn_learns_to_turn_towards_the_object_and_beats_random_on_the_same_see
 
 def test_drrn_resume_continues_with_its_replay_memory(tmp_path):
     run = tmp_path / "run"
-    train_drrn(load_train_config(None, [*TINY, "drrn.total_frames=400"]), run, progress=False, say=lambda _: None)
+    short = [*TINY, "drrn.log_every=160", "drrn.learning_starts=80"]
+    train_drrn(load_train_config(None, [*short, "drrn.total_frames=160"]), run, progress=False, say=lambda _: None)
     state = load_checkpoint(run)
-    assert state["frames"] == 400 and state["replay"]["size"] == 400 and state["grad_steps"] > 0
-    result = train_drrn(load_train_config(None, [*TINY, "drrn.total_frames=800"]), run, resume=True,
+    assert state["frames"] == 160 and state["replay"]["size"] == 160 and state["grad_steps"] == 11
+    result = train_drrn(load_train_config(None, [*short, "drrn.total_frames=320"]), run, resume=True,
                         progress=False, say=lambda _: None)
-    assert result.updates == 2 and load_checkpoint(run)["replay"]["size"] == 800
+    assert result.updates == 2 and load_checkpoint(run)["replay"]["size"] == 320
     assert [r["update"] for r in read_log(run)] == [1, 2]

@@ -13,8 +13,7 @@ from glamrl.train import evaluate_policy, train
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TINY = ["env.id=BabyAI-GoToObjS4-v0", "env.num_envs=16", "env.seed=1", "ppo.num_steps=32", "ppo.minibatch_size=128",
-        "ppo.lr=1e-3", "symbolic.image_dim=32", "symbolic.instr_dim=32", "symbolic.memory_dim=32",
-        "run.tensorboard=false", "run.checkpoint_every=4", "run.eval_episodes=0"]
+        "ppo.lr=1e-3", "run.tensorboard=false", "run.checkpoint_every=4", "run.eval_episodes=0"]
 
 
 def test_symbolic_ppo_learns_go_to_obj_and_beats_random_on_the_same_seeds(tmp_path):
