@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from glamrl.agents.factory import restore_agent
 from glamrl.bc import train_bc

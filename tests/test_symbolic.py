@@ -5,8 +5,10 @@ import dataclasses
 import pytest
 import torch
 
-from glamrl.agents.factory import make_agent, make_model
+from glamrl.agents.factory import make_agent, make_model, restore_agent
 from glamrl.config import AgentConfig, load_train_config
+from glamrl.envs import make_vector_env
+from glamrl.rollout import evaluate
 from glamrl.runlog import read_log
 from glamrl.train import evaluate_policy, train
 
@@ -54,3 +56,6 @@ def test_short_symbolic_run_with_memory_trains_and_resumes(tmp_path):
     result = train(load_train_config("configs/symbolic.yaml", [*TINY, "ppo.total_frames=1536"]), run, resume=True,
                    progress=False, say=lambda _: None)
     assert result.updates == 3 and [r["update"] for r in read_log(run)] == [1, 2, 3]
+    envs = make_vector_env("BabyAI-GoToObjS4-v0", 2)
+    agent, cfg = restore_agent(run, envs, kind="symbolic")  # what `glamrl eval --run` does
+    assert cfg.symbolic.memory and evaluate(envs, agent, 4, seed=0)["episodes"] == 4
