@@ -91,7 +91,6 @@ def bench_speed(args: argparse.Namespace) -> dict[str, Any]:
     cfg = load_train_config("configs/symbolic.yaml", ["env.num_envs=16", "ppo.num_steps=64", "ppo.total_frames=4096",
                                                       "ppo.minibatch_size=256", "run.eval_episodes=0",
                                                       "run.tensorboard=false", *args.speed_overrides])
-    torch.set_num_threads(args.threads)
     envs = cfg.env.make_vector_env()
     envs.reset(seed=0)
     rng = np.random.default_rng(0)
@@ -123,10 +122,11 @@ def main() -> None:
     parser.add_argument("--drrn-frames", type=int, default=200_000)
     parser.add_argument("--bc-episodes", type=int, default=2_000)
     parser.add_argument("--eval-episodes", type=int, default=200)
-    parser.add_argument("--threads", type=int, default=1, help="speed: torch threads")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--speed-overrides", nargs="*", default=[], help="speed: config overrides, e.g. symbolic.image_dim=32")
     parser.add_argument("--out", type=Path, default=RUNS / "baselines.json")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     results = {}
     for name in args.only.split(","):
         results[name] = BENCHES[name](args)

@@ -47,7 +47,7 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
         raise DemoFileError(f"{data} has action indices outside 0..{num_actions - 1}")
     prompts = [r["prompt"] for r in records]
     actions = torch.tensor([r["action_index"] for r in records])                    # (R,)
-    state = open_run(cfg, run_dir, resume)
+    state = open_run(cfg, run_dir, resume, "bc")
     b = cfg.bc
     steps_per_epoch = math.ceil(len(records) / b.batch_size)
     total_steps = b.epochs * steps_per_epoch
@@ -91,7 +91,7 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
                        "loss": float(np.mean(losses)), "grad_norm": float(np.mean(grad_norms))}
             logger.log(metrics)
             save_checkpoint(run_dir, {
-                "policy": policy.trainable_state_dict(), "optimizer": optimizer.state_dict(),
+                "trainer": "bc", "policy": policy.trainable_state_dict(), "optimizer": optimizer.state_dict(),
                 "rng": rng_state(), "update": update, "frames": frames,
                 "duration": metrics["duration"], "config": cfg.to_dict(),
             })

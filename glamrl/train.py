@@ -80,10 +80,21 @@ def write_config(cfg: TrainConfig, run_dir: Path) -> None:
     os.replace(tmp, run_dir / "config.yaml")
 
 
-def open_run(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict[str, Any] | None:
-    """Create RUN_DIR and seed everything; resuming: its last checkpoint, else write its config and return None."""
+class TrainerMismatchError(GlamrlError, ValueError):
+    """A run directory resumed by another training loop than the one that wrote it."""
+
+
+def open_run(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str) -> dict[str, Any] | None:
+    """Create RUN_DIR and seed everything; resuming: its last checkpoint, else write its config and return None.
+
+    `trainer` (ppo, drrn, bc) must be the loop that wrote the checkpoint, stored under "trainer" in it.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     state = load_checkpoint(run_dir) if resume else None
+    if state is not None and state.get("trainer", "ppo") != trainer:
+        raise TrainerMismatchError(
+            f"{run_dir} was trained by {state.get('trainer', 'ppo')}, not {trainer}: start a new run from it "
+            f"with agent.init_from={run_dir} and another --run-dir")
     if not resume:
         write_config(cfg, run_dir)
     seed_everything(cfg.env.seed)
@@ -117,7 +128,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     """Train (or resume, from RUN_DIR's last checkpoint) the PPO agent `cfg` describes (llm or symbolic)."""
     if cfg.agent.kind not in PPO_KINDS:
         raise AgentKindError(f"PPO trains agent kinds {', '.join(PPO_KINDS)}, not {cfg.agent.kind!r}")
-    state = open_run(cfg, run_dir, resume)
+    state = open_run(cfg, run_dir, resume, "ppo")
     p = cfg.ppo
     N, T = cfg.env.num_envs, p.num_steps
     num_updates = math.ceil(p.total_frames / cfg.batch_size)
@@ -202,7 +213,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         logger.log(metrics)
         if update % cfg.run.checkpoint_every == 0 or update == num_updates:
             save_checkpoint(run_dir, {
-                "policy": policy.trainable_state_dict(), "optimizer": optimizer.state_dict(),
+                "trainer": "ppo", "policy": policy.trainable_state_dict(), "optimizer": optimizer.state_dict(),
                 "rng": rng_state(), "update": update, "frames": frames, "episodes": episodes,
                 "duration": metrics["duration"], "config": cfg.to_dict(),
             })

@@ -55,7 +55,7 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
     """Train (or resume, from RUN_DIR's last checkpoint) the DRRN agent `cfg` describes."""
     if cfg.agent.kind != "drrn":
         raise AgentKindError(f"train_drrn trains agent kind 'drrn', not {cfg.agent.kind!r}")
-    state = open_run(cfg, run_dir, resume)
+    state = open_run(cfg, run_dir, resume, "drrn")
     d, N = cfg.drrn, cfg.env.num_envs
     steps_per_row = math.ceil(d.log_every / N)
     num_rows = math.ceil(d.total_frames / (steps_per_row * N))
@@ -120,7 +120,7 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
         logger.log(metrics)
         if update % cfg.run.checkpoint_every == 0 or update == num_rows:
             save_checkpoint(run_dir, {
-                "policy": network.trainable_state_dict(), "target": target.state_dict(),
+                "trainer": "drrn", "policy": network.trainable_state_dict(), "target": target.state_dict(),
                 "optimizer": optimizer.state_dict(), "replay": memory.state_dict(), "rng": rng_state(),
                 "update": update, "frames": frames, "episodes": episodes, "grad_steps": grad_steps,
                 "duration": metrics["duration"], "config": cfg.to_dict(),

@@ -14,7 +14,7 @@ from glamrl.config import AgentConfig, load_train_config
 from glamrl.demos import DemoFileError, read_demos
 from glamrl.rollout import evaluate
 from glamrl.runlog import read_log
-from glamrl.train import evaluate_policy, train
+from glamrl.train import TrainerMismatchError, evaluate_policy, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -67,6 +67,8 @@ def test_cloning_a_tiny_llm_beats_random_and_ppo_starts_from_it(demos, tmp_path)
                                    "ppo.minibatch_size=64", "ppo.lr=1e-9", "run.eval_episodes=100"])
     after = train(ppo, tmp_path / "ppo", progress=False, say=lambda _: None)
     assert after.success_before >= 0.8  # PPO's first evaluation already sees the cloned policy
+    with pytest.raises(TrainerMismatchError, match=f"trained by bc, not ppo: .*agent.init_from={run}"):
+        train(cfg, run, resume=True, progress=False, say=lambda _: None)  # PPO cannot resume a BC run
 
 
 def test_bad_demonstration_files_are_one_clear_error(tmp_path):
