@@ -130,7 +130,7 @@ def main() -> None:
     results = {}
     for name in args.only.split(","):
         results[name] = BENCHES[name](args)
-        figures = {k: round(v, 1) for k, v in results[name].items() if isinstance(v, (int, float))}
+        figures = {k: round(v, 3) for k, v in results[name].items() if isinstance(v, (int, float))}
         table = format_table(results[name]) if "per_task" in results[name] else ""
         print(f"== {name}: {figures}\n{table}", flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
