@@ -266,6 +266,8 @@ class DRRNConfig:
     epsilon_end: float = 0.05
     epsilon_decay_frames: int = 50_000
     """frames over which epsilon falls linearly from epsilon_start to epsilon_end."""
+    eval_epsilon: float = 0.05
+    """exploration when evaluating without --greedy / run.eval_greedy (a greedy Q-policy can loop forever)."""
     max_grad_norm: float = 5.0
     reward_scale: float = 10.0
     """the Q targets use reward_scale x the env reward (with 1, TurnToObject's 0.1 reward was too faint to learn)."""
@@ -281,6 +283,7 @@ class DRRNConfig:
         _check(0 <= self.gamma <= 1, "drrn.gamma must be in [0, 1]")
         _check(0 <= self.epsilon_end <= self.epsilon_start <= 1,
                "drrn needs 0 <= epsilon_end <= epsilon_start <= 1")
+        _check(0 <= self.eval_epsilon <= 1, "drrn.eval_epsilon must be in [0, 1]")
         _check(self.batch_size <= self.replay_size, "drrn.batch_size must be <= drrn.replay_size")
 
 

@@ -2,7 +2,8 @@
 
 Choices (documented in `DRRNConfig`): a uniform replay memory, double Q-learning with a
 target network copied every `target_update_every` gradient steps, and epsilon-greedy
-exploration decaying linearly over `epsilon_decay_frames` frames (evaluation is greedy).
+exploration decaying linearly over `epsilon_decay_frames` frames (evaluation: `eval_epsilon`, or
+greedy with run.eval_greedy / `glamrl eval --greedy`).
 Uniform rather than prioritised replay: BabyAI-Text's rewards are sparse but not rare on
 the small levels, and it keeps the memory a plain ring buffer.
 

@@ -57,9 +57,9 @@ def test_replay_memory_overwrites_the_oldest_and_round_trips():
 
 
 def test_drrn_learns_to_turn_towards_the_object_and_beats_random_on_the_same_seeds(tmp_path):
-    # Measured (200 eval episodes): DRRN after 1,600 frames 1.00 with env.seed 1, 2 and 3 (greedy before
+    # Measured (200 greedy eval episodes): DRRN after 1,600 frames 1.00 with env.seed 1, 2 and 3 (greedy before
     # training: 0.52, 0.00, 0.00); random ~0.17 (one action in six); 25-35 s on a shared 2-core machine.
-    cfg = load_train_config(None, [*TINY, "drrn.total_frames=1600", "run.eval_episodes=200"])
+    cfg = load_train_config(None, [*TINY, "drrn.total_frames=1600", "run.eval_episodes=200", "run.eval_greedy=true"])
     result = train_drrn(cfg, tmp_path / "run", progress=False, say=lambda _: None)
     random_cfg = dataclasses.replace(cfg, agent=AgentConfig(kind="random"))
     random_success = evaluate_policy(random_cfg, None)["success_rate"]

@@ -85,7 +85,8 @@ def make_agent(cfg: TrainConfig, model: nn.Module | None, envs: SyncVectorEnv, g
     if kind == "drrn":
         from glamrl.agents.drrn import DRRNAgent
 
-        return DRRNAgent(model, n, cfg.prompt.nbr_obs, cfg.env.language, epsilon=0.0, seed=cfg.env.seed)
+        epsilon = 0.0 if greedy else cfg.drrn.eval_epsilon  # the training loop sets its own schedule
+        return DRRNAgent(model, n, cfg.prompt.nbr_obs, cfg.env.language, epsilon=epsilon, seed=cfg.env.seed)
     if kind == "symbolic":
         from glamrl.agents.symbolic import SymbolicAgent
 
