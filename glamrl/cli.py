@@ -1,19 +1,24 @@
-"""`glamrl` command line: eval (one level or a suite), train, plot, results, play, export."""
+"""`glamrl` command line: eval (one level or a suite), train, demos, bc, plot, results, play, export."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
+from glamrl.config import AGENT_KINDS
 from glamrl.errors import GlamrlError
 
 EXAMPLES = """examples:
   glamrl eval --agent bot --env BabyAI-MixedTestLocal-v0 --episodes 200
   glamrl eval --agent llm --model smollm2-135m --env BabyAI-MixedTrainLocal-v0 --episodes 50
   glamrl train --config configs/quickstart.yaml --run-dir runs/quick ppo.lr=1e-5
+  glamrl demos --agent bot --env BabyAI-GoToObjS4-v0 --episodes 500 --out demos.jsonl
+  glamrl bc --data demos.jsonl --config configs/bc.yaml --run-dir runs/bc
+  glamrl train --config configs/quickstart.yaml agent.init_from=runs/bc
   glamrl plot runs/quick runs/other --out curves.png
   glamrl eval --suite paper --agent bot --episodes 50 --out suite/bot.json
   glamrl results suite/ --out tables/
@@ -41,21 +46,27 @@ def int_at_least(minimum: int):
 positive_int, non_negative_int = int_at_least(1), int_at_least(0)
 
 
+def add_episode_args(parser: argparse.ArgumentParser) -> None:
+    """The level and the episodes to run: shared by eval and demos."""
+    parser.add_argument("--env", default="BabyAI-MixedTrainLocal-v0", help="BabyAI-Text level id")
+    parser.add_argument("--episodes", type=positive_int, default=100)
+    parser.add_argument("--seed", type=non_negative_int, default=1)
+    parser.add_argument("--num-envs", type=positive_int, default=4)
+    parser.add_argument("--task", default=None, help="restrict a Mixed level to one task kind")
+    parser.add_argument("--language", choices=("en", "fr"), default="en")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="glamrl", description=__doc__, epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     ev = sub.add_parser("eval", help="evaluate an agent: success rate, return, length, per task")
-    ev.add_argument("--agent", choices=("bot", "random", "llm"), required=True)
-    ev.add_argument("--env", default="BabyAI-MixedTrainLocal-v0", help="BabyAI-Text level id")
-    ev.add_argument("--episodes", type=positive_int, default=100)
-    ev.add_argument("--seed", type=non_negative_int, default=1)
-    ev.add_argument("--num-envs", type=positive_int, default=4)
-    ev.add_argument("--task", default=None, help="restrict a Mixed level to one task kind")
-    ev.add_argument("--language", choices=("en", "fr"), default="en")
+    ev.add_argument("--agent", choices=AGENT_KINDS, default=None,
+                    help="agent kind (with --run: checked against the run's; default: the run's)")
+    add_episode_args(ev)
     ev.add_argument("--model", default="smollm2-135m", help="llm agent: model name or path (a `glamrl export` dir too)")
-    ev.add_argument("--run", type=Path, default=None, help="llm agent: evaluate the trained policy of this run dir")
+    ev.add_argument("--run", type=Path, default=None, help="evaluate the trained agent of this run dir (any kind)")
     ev.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     ev.add_argument("--device", default="auto")
     ev.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
@@ -64,12 +75,27 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run a generalisation suite (paper, french, all); its tests set env and language")
     ev.add_argument("--tests", default=None, help="comma-separated suite tests, e.g. french,invented_words")
 
-    tr = sub.add_parser("train", help="fine-tune an LLM agent with PPO (resumes an existing run dir)")
+    tr = sub.add_parser("train", help="train an agent: llm, npae or symbolic with PPO, drrn off-policy (resumes a run dir)")
     tr.add_argument("--config", type=Path, default=None, help="YAML config (not needed to resume)")
     tr.add_argument("--run-dir", type=Path, default=None, help="default: runs/{env}-{model}-seed{seed}")
     tr.add_argument("--overwrite", action="store_true", help="delete what --run-dir holds and start afresh")
     tr.add_argument("--no-progress", action="store_true")
     tr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. ppo.lr=1e-5 env.num_envs=8")
+
+    de = sub.add_parser("demos", help="record an agent's episodes as (prompt, action) JSONL records")
+    de.add_argument("--agent", choices=("bot", "random"), default=None, help="default: bot (without --run)")
+    de.add_argument("--run", type=Path, default=None, help="record the trained agent of this run dir")
+    add_episode_args(de)
+    de.add_argument("--greedy", action="store_true", help="--run: the trained agent's argmax actions")
+    de.add_argument("--nbr-obs", type=positive_int, default=3, help="observations kept in each recorded prompt")
+    de.add_argument("--out", type=Path, required=True, help="JSONL file, one record per step")
+
+    bc = sub.add_parser("bc", help="behavioural cloning of demonstrations into an LLM (resumes an existing run dir)")
+    bc.add_argument("--data", type=Path, required=True, help="JSONL demonstrations from glamrl demos")
+    bc.add_argument("--config", type=Path, default=None, help="YAML config (model, prompt, bc sections)")
+    bc.add_argument("--run-dir", type=Path, required=True)
+    bc.add_argument("--no-progress", action="store_true")
+    bc.add_argument("overrides", nargs="*", help="dotted overrides, e.g. bc.lr=1e-4 model.lora=true")
 
     pl = sub.add_parser("plot", help="PNG of success rate and return against frames")
     pl.add_argument("runs", nargs="+", type=Path)
@@ -188,36 +214,69 @@ def cmd_suite(args: argparse.Namespace) -> None:
 
 
 def make_eval_agent(args: argparse.Namespace, envs):
-    if args.agent == "random":
-        from glamrl.agents.random import RandomAgent
-
-        return RandomAgent(envs.num_envs, seed=args.seed)
-    if args.agent == "bot":
-        from glamrl.agents.bot import BotAgent
-
-        return BotAgent(envs)
-    from glamrl.agents.llm import LLMAgent
-    from glamrl.config import ModelConfig, TrainConfig
+    """The agent `glamrl eval` runs: a run's trained agent (--run), or a fresh one of kind --agent."""
+    from glamrl.agents.factory import AgentKindError, make_agent, make_model, restore_agent
+    from glamrl.config import AgentConfig, EnvConfig, ModelConfig, PromptConfig, TrainConfig
     from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES
     from glamrl.llm.exported import read_manifest
-    from glamrl.llm.policy import LLMPolicy
+
 
     if args.run is not None:
-        from glamrl.export import load_run_policy
+        agent, cfg = restore_agent(args.run, envs, language=args.language, greedy=args.greedy, kind=args.agent)
+        args.agent = cfg.agent.kind
+        return agent
+    if args.agent is None:
+        raise AgentKindError("give --agent (a fresh agent) or --run (a trained one)")
+    if args.agent in ("drrn", "symbolic"):
+        raise AgentKindError(f"a fresh {args.agent} agent is untrained: give --run with a trained {args.agent} run")
+    actions, nbr_obs, model = FRENCH_ACTION_NAMES if args.language == "fr" else ACTION_NAMES, 3, ModelConfig()
+    if args.agent == "llm":
+        model = ModelConfig(name=args.model, dtype=args.dtype, device=args.device)
+        exported = read_manifest(args.model)
+        if exported is not None:  # a `glamrl export` directory: its actions and prompt settings
+            actions, nbr_obs = exported.action_names, exported.nbr_obs
+            model = dataclasses.replace(model, normalize_by_length=exported.normalize_by_length,
+                                        use_action_heads=exported.use_action_heads)
+    cfg = TrainConfig(
+        env=EnvConfig(id=args.env, seed=args.seed, task=args.task, language=args.language),  # envs: built by the caller
+        prompt=PromptConfig(nbr_obs=nbr_obs, actions=list(actions)),
+        model=model,
+        agent=AgentConfig(kind=args.agent),
+    )
+    return make_agent(cfg, make_model(cfg), envs, greedy=args.greedy)
 
-        run = load_run_policy(args.run)
-        cfg = run.config
-        return LLMAgent(run.policy, envs.num_envs, cfg.prompt.actions, cfg.prompt.nbr_obs, args.language, args.greedy)
-    exported = read_manifest(args.model)
-    if exported is not None:  # a `glamrl export` directory: its actions and prompt settings
-        model = ModelConfig(name=args.model, dtype=args.dtype, device=args.device,
-                            normalize_by_length=exported.normalize_by_length,
-                            use_action_heads=exported.use_action_heads)
-        policy = LLMPolicy(model, exported.action_names)
-        return LLMAgent(policy, envs.num_envs, exported.action_names, exported.nbr_obs, args.language, args.greedy)
+
+def cmd_demos(args: argparse.Namespace) -> None:
+    from glamrl.demos import record_demos, write_demos
+    from glamrl.envs import make_vector_env
+    from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES
+    from glamrl.rollout import format_table
+
+    if args.agent is None and args.run is None:
+        args.agent = "bot"
+    envs = make_vector_env(args.env, args.num_envs, task=args.task, language=args.language)
+    agent = make_eval_agent(args, envs)
     actions = FRENCH_ACTION_NAMES if args.language == "fr" else ACTION_NAMES
-    policy = LLMPolicy(ModelConfig(name=args.model, dtype=args.dtype, device=args.device), actions)
-    return LLMAgent(policy, envs.num_envs, actions, 3, args.language, args.greedy)
+    records, summary = record_demos(envs, agent, args.episodes, args.seed, actions, args.nbr_obs, args.language,
+                                    progress=True)
+    write_demos(records, args.out)
+    print(f"{args.agent} on {args.env}: {args.episodes} episodes, {len(records)} records in {args.out}")
+    print(format_table(summary))
+
+
+def cmd_bc(args: argparse.Namespace) -> None:
+    from glamrl.bc import train_bc
+    from glamrl.config import load_train_config, resolve_run_config
+    from glamrl.plot import plot_runs
+    from glamrl.rundir import run_lock
+
+    cfg = load_train_config(args.config, args.overrides) if args.config else None
+    with run_lock(args.run_dir):
+        cfg, resume = resolve_run_config(args.run_dir, cfg, args.overrides)
+        result = train_bc(cfg, args.data, args.run_dir, resume=resume, progress=not args.no_progress)
+    png = plot_runs([args.run_dir], args.run_dir / "curves.png", metrics=("loss",))
+    print(f"cloned for {result.updates} steps ({result.frames} records); logs, checkpoints and {png.name} "
+          f"in {args.run_dir}")
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -226,6 +285,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     from glamrl.plot import plot_runs
     from glamrl.rundir import clear_run_dir, run_lock
     from glamrl.train import default_run_dir, train
+    from glamrl.train_drrn import train_drrn
 
     ranks = distributed.init()  # under torchrun: join the other ranks; alone: nothing
     cfg = load_train_config(args.config, args.overrides) if args.config else None
@@ -241,7 +301,8 @@ def cmd_train(args: argparse.Namespace) -> None:
                 clear_run_dir(run_dir)
             resolved = resolve_run_config(run_dir, cfg, args.overrides)
         cfg, resume = distributed.broadcast_object(resolved)
-        result = train(cfg, run_dir, resume=resume, progress=not args.no_progress)
+        loop = train_drrn if cfg.agent.kind == "drrn" else train  # off-policy DRRN; llm and symbolic: PPO
+        result = loop(cfg, run_dir, resume=resume, progress=not args.no_progress)
         if not ranks.is_main:
             return
         png = plot_runs([run_dir], run_dir / "curves.png")
@@ -275,8 +336,8 @@ def cmd_plot(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        {"eval": cmd_eval, "train": cmd_train, "plot": cmd_plot, "results": cmd_results,
-         "play": cmd_play, "export": cmd_export}[args.command](args)
+        {"eval": cmd_eval, "train": cmd_train, "demos": cmd_demos, "bc": cmd_bc, "plot": cmd_plot,
+         "results": cmd_results, "play": cmd_play, "export": cmd_export}[args.command](args)
     except KeyboardInterrupt:
         print("glamrl: interrupted", file=sys.stderr)
         return 130

@@ -174,6 +174,97 @@ class PPOConfig:
         _check(0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1, "ppo.gamma and ppo.gae_lambda must be in [0, 1]")
 
 
+# --------------------------------------------------------------------------- agent
+AGENT_KINDS = ("llm", "drrn", "symbolic", "random", "bot")
+"""Every agent kind the factory (glamrl/agents/factory.py) builds."""
+
+
+@dataclass
+class AgentConfig:
+    kind: str = "llm"
+    """llm (GLAM; NPAE with model.pretrained=false, model.use_action_heads=true), drrn (off-policy
+    Q-learning over action texts), symbolic (BabyAI's PPO baseline on the 7x7x3 grid), random or bot."""
+    init_from: str | None = None
+    """a run directory of the same kind whose trained weights start this run (e.g. BC, then PPO)."""
+
+    def __post_init__(self) -> None:
+        _check(self.kind in AGENT_KINDS, f"agent.kind must be one of {', '.join(AGENT_KINDS)}, got {self.kind!r}")
+
+
+@dataclass
+class DRRNConfig:
+    total_frames: int = 200_000
+    """environment steps of the whole run, all envs together."""
+    embedding_dim: int = 64
+    hidden_size: int = 128
+    """size of the GRU states of the observation and action encoders."""
+    lr: float = 1e-3
+    gamma: float = 0.9
+    batch_size: int = 64
+    """transitions per gradient step, drawn uniformly from the replay memory."""
+    replay_size: int = 50_000
+    """transitions the replay memory keeps (the oldest are overwritten)."""
+    learning_starts: int = 1_000
+    """frames collected before the first gradient step."""
+    train_every: int = 1
+    """vector steps between gradient steps."""
+    target_update_every: int = 250
+    """gradient steps between copies of the online network into the target network."""
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    epsilon_decay_frames: int = 50_000
+    """frames over which epsilon falls linearly from epsilon_start to epsilon_end."""
+    eval_epsilon: float = 0.05
+    """exploration when evaluating without --greedy / run.eval_greedy (a greedy Q-policy can loop forever)."""
+    max_grad_norm: float = 5.0
+    reward_scale: float = 10.0
+    """the Q targets use reward_scale x the env reward (with 1, TurnToObject's 0.1 reward was too faint to learn)."""
+    log_every: int = 1_000
+    """frames between log rows (and checkpoints)."""
+    max_tokens: int = 96
+    """observation texts are cut to their last max_tokens words."""
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "drrn", ("total_frames", "embedding_dim", "hidden_size", "batch_size", "replay_size",
+                                       "train_every", "target_update_every", "log_every", "max_tokens"))
+        _check(self.lr > 0, "drrn.lr must be > 0")
+        _check(0 <= self.gamma <= 1, "drrn.gamma must be in [0, 1]")
+        _check(0 <= self.epsilon_end <= self.epsilon_start <= 1,
+               "drrn needs 0 <= epsilon_end <= epsilon_start <= 1")
+        _check(0 <= self.eval_epsilon <= 1, "drrn.eval_epsilon must be in [0, 1]")
+        _check(self.batch_size <= self.replay_size, "drrn.batch_size must be <= drrn.replay_size")
+
+
+@dataclass
+class SymbolicConfig:
+    image_dim: int = 32
+    """channels of the image encoder (FiLM-conditioned on the mission); BabyAI used 128 on GPU, which
+    cuts CPU collection from ~1.5k to ~0.5k frames/s (benchmarks/baselines.py --only speed)."""
+    instr_dim: int = 32
+    """word embedding and mission GRU size."""
+    memory: bool = False
+    """add an LSTM memory over time (its state is stored with each transition; no backprop through time)."""
+    memory_dim: int = 32
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "symbolic", ("image_dim", "instr_dim", "memory_dim"))
+
+
+@dataclass
+class BCConfig:
+    epochs: int = 1
+    """passes over the demonstrations."""
+    batch_size: int = 16
+    lr: float = 1e-4
+    max_grad_norm: float = 1.0
+    log_every: int = 10
+    """optimizer steps between log rows (and checkpoints)."""
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "bc", ("epochs", "batch_size", "log_every"))
+        _check(self.lr > 0, "bc.lr must be > 0")
+
+
 # ----------------------------------------------------------------------------- run
 @dataclass
 class RunConfig:
@@ -202,6 +293,10 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    drrn: DRRNConfig = field(default_factory=DRRNConfig)
+    symbolic: SymbolicConfig = field(default_factory=SymbolicConfig)
+    bc: BCConfig = field(default_factory=BCConfig)
 
     def __post_init__(self) -> None:
         _check(self.ppo.minibatch_size <= self.batch_size,
@@ -282,6 +377,11 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
+
+
+def _check_positive(section: Any, name: str, fields: tuple[str, ...]) -> None:
+    for field_name in fields:
+        _check(getattr(section, field_name) >= 1, f"{name}.{field_name} must be >= 1")
 
 
 def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:

@@ -12,21 +12,18 @@ directory next to DIR and renamed into place, so DIR is never half-written.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from safetensors.torch import save_file
 
-from glamrl.checkpoint import CheckpointError, load_checkpoint
+from glamrl.agents.factory import restore_model
 from glamrl.config import TrainConfig, read_run_config
 from glamrl.errors import GlamrlError
 from glamrl.llm.exported import (
@@ -46,49 +43,14 @@ class ExportError(GlamrlError, ValueError):
     """A run that cannot be exported or an --out directory that cannot be written."""
 
 
-@dataclass
-class RunPolicy:
-    config: TrainConfig
-    policy: LLMPolicy
-    state: dict[str, Any]   # the checkpoint (frames, duration, update, episodes, ...)
-
-
-# ------------------------------------------------------------------- reading a run
-def read_run(run_dir: Path) -> tuple[TrainConfig, dict[str, Any]]:
-    """A run directory's config and last checkpoint; one-line errors when it has either missing."""
-    cfg = read_run_config(run_dir)
-    if cfg is None:
-        raise CheckpointError(f"{run_dir} is not a glamrl run directory (no config.yaml); "
-                              f"give a directory written by glamrl train")
-    state = load_checkpoint(run_dir)
-    if state is None:
-        raise CheckpointError(f"{run_dir} has no checkpoint (checkpoints/last.pt); "
-                              f"train it first: glamrl train --run-dir {run_dir}")
-    return cfg, state
-
-
-def load_run_policy(run_dir: Path, device: str | None = None) -> RunPolicy:
-    """The trained policy of a run, exactly as training left it (`device` overrides model.device)."""
-    cfg, state = read_run(run_dir)
-    return RunPolicy(cfg, _build_policy(cfg, state, device), state)
-
-
-def _build_policy(cfg: TrainConfig, state: dict[str, Any], device: str | None) -> LLMPolicy:
-    model_cfg = dataclasses.replace(cfg.model, device=device) if device else cfg.model
-    torch.manual_seed(cfg.env.seed)  # untrained weights (tiny models, LoRA bases) drawn as training drew them
-    policy = LLMPolicy(model_cfg, cfg.prompt.actions)
-    policy.load_trainable_state_dict(state["policy"])
-    return policy.eval()
-
-
 # ----------------------------------------------------------------------- export
 def export_run(run_dir: Path, out: Path, merge_lora: bool = False, overwrite: bool = False) -> PolicyManifest:
     """Write the policy of `run_dir` to `out` (see the module docstring); every check runs before any write."""
-    cfg, state = read_run(run_dir)
-    if merge_lora and not cfg.model.lora:
+    cfg = read_run_config(run_dir)
+    if merge_lora and cfg is not None and not cfg.model.lora:
         raise ExportError(f"--merge-lora applies to LoRA runs; {run_dir} trained all weights (model.lora=false)")
     check_out(out, run_dir, overwrite)
-    policy = _build_policy(cfg, state, device="cpu")
+    cfg, policy, state = restore_model(run_dir, kind="llm", device="cpu")
 
     out.absolute().parent.mkdir(parents=True, exist_ok=True)
     tmp = out.absolute().with_name(f".{out.name}.tmp-{os.getpid()}-{time.time_ns()}")

@@ -2,7 +2,9 @@
 
 Runs whose `config.yaml` are equal once `env.seed` is removed are seeds of one
 experiment: they are drawn as their mean over seeds with a min–max band, on a frame grid
-they all cover (interpolated, cut to the shortest run). Other runs get one line each.
+they all cover (interpolated, cut to the shortest run). Other runs get one line each. Each
+line is labelled by its agent kind, model and level, then its run names, so runs of
+different agent kinds (llm, npae, drrn, symbolic, bc) compare on one figure.
 """
 
 from __future__ import annotations
@@ -32,6 +34,24 @@ def config_key(run_dir: Path) -> str:
     if isinstance(config.get("env"), dict):
         config["env"].pop("seed", None)
     return yaml.safe_dump(config, sort_keys=True)
+
+
+def agent_label(run_dir: Path) -> str:
+    """What a run trained, for the legend: agent kind (npae for the non-pretrained LLM with heads), model, level."""
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return "?"
+    config = yaml.safe_load(path.read_text()) or {}
+    agent, model, env = (config.get(k) or {} for k in ("agent", "model", "env"))
+    kind = agent.get("kind", "llm")
+    parts = [kind]
+    if kind == "llm":
+        npae = model.get("use_action_heads") and model.get("pretrained") is False
+        parts = ["npae" if npae else "llm", Path(str(model.get("name", "?"))).stem] + (["lora"] if model.get("lora") else [])
+    elif kind == "symbolic" and (config.get("symbolic") or {}).get("memory"):
+        parts.append("memory")
+    level = str(env.get("id", "")).removeprefix("BabyAI-").removesuffix("-v0")
+    return " ".join(parts) + (f" on {level}" if level else "")
 
 
 def group_runs(run_dirs: Sequence[str | os.PathLike]) -> list[list[Path]]:
@@ -71,7 +91,7 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         for group in groups:
-            label = ", ".join(run.name for run in group)
+            label = f"{agent_label(group[0])}: {', '.join(run.name for run in group)}"
             _plot_group(ax, [_curve(logs[run], x, metric) for run in group], label)
         ax.set(xlabel=x, ylabel=metric, title=metric)
         ax.grid(alpha=0.3)

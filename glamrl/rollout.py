@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,11 @@ class Step:
     def episodes(self) -> list[EpisodeResult]:
         return finished_episodes(self.infos)
 
+    def final_obs(self, envs: np.ndarray) -> dict[str, Any]:
+        """The last observation of the episodes that just ended in `envs`, batched like `next_obs`."""
+        final = [self.infos["final_obs"][i] for i in envs]
+        return {key: [o[key] for o in final] for key in final[0]}
+
 
 def step(envs: gym.vector.VectorEnv, agent: Agent, obs: dict[str, Any]) -> Step:
     """Let `agent` act on `obs` and step every env once. The caller ends the agent's episodes."""
@@ -43,18 +49,21 @@ def step(envs: gym.vector.VectorEnv, agent: Agent, obs: dict[str, Any]) -> Step:
 
 
 def evaluate(
-    envs: gym.vector.VectorEnv, agent: Agent, episodes: int, seed: int, progress: bool = False
+    envs: gym.vector.VectorEnv, agent: Agent, episodes: int, seed: int, progress: bool = False,
+    on_episode: Callable[[EpisodeResult], None] | None = None,
 ) -> dict[str, Any]:
     """Success rate, mean return and length over `episodes` episodes, overall and per task."""
-    return summarize(run_episodes(envs, agent, episodes, seed, progress))
+    return summarize(run_episodes(envs, agent, episodes, seed, progress, on_episode))
 
 
 def run_episodes(
-    envs: gym.vector.VectorEnv, agent: Agent, episodes: int, seed: int, progress: bool = False
+    envs: gym.vector.VectorEnv, agent: Agent, episodes: int, seed: int, progress: bool = False,
+    on_episode: Callable[[EpisodeResult], None] | None = None,
 ) -> list[EpisodeResult]:
     """Play `episodes` episodes from `reset(seed=seed)`.
 
     Each env contributes a fixed quota of episodes, so short episodes are not favoured.
+    `on_episode` is called with each counted episode, after the agent's `end_episodes`.
     """
     n = envs.num_envs
     quota = np.full(n, episodes // n) + (np.arange(n) < episodes % n)
@@ -70,6 +79,8 @@ def run_episodes(
                 if counted[ep.env_index] < quota[ep.env_index]:
                     counted[ep.env_index] += 1
                     results.append(ep)
+                    if on_episode is not None:
+                        on_episode(ep)
                     bar.update(1)
             obs = s.next_obs
     return results

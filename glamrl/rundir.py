@@ -10,14 +10,18 @@ process. Readers (`glamrl eval --run`, `glamrl export`) take no lock.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
+import inspect
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from glamrl import distributed
 from glamrl.errors import GlamrlError
 
 LOCK_FILE = ".lock"
@@ -80,6 +84,18 @@ def run_lock(run_dir: Path) -> Iterator[None]:
     finally:
         _held.pop(key, None)
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def holds_run_lock(loop: Callable) -> Callable:
+    """Decorate a training loop with a `run_dir` argument to hold its lock while it runs (rank 0 only)."""
+    signature = inspect.signature(loop)
+
+    @functools.wraps(loop)
+    def locked(*args, **kwargs):
+        run_dir = signature.bind(*args, **kwargs).arguments["run_dir"]
+        with run_lock(run_dir) if distributed.current().is_main else contextlib.nullcontext():
+            return loop(*args, **kwargs)
+    return locked
 
 
 def clear_run_dir(run_dir: Path) -> None:

@@ -1,13 +1,14 @@
-"""Online PPO fine-tuning of an LLM agent in BabyAI-Text, read top to bottom.
+"""Online PPO fine-tuning of an agent (the LLM, NPAE or symbolic) in BabyAI-Text, read top to bottom.
 
-Phases of each update: collect (the LLM scores actions under inference mode) →
+Phases of each update: collect (the policy scores actions under inference mode) →
 bootstrap and GAE → flatten → optimise the PPO loss over epochs of minibatches →
 log → checkpoint. A run directory holds everything; running again on it resumes.
+The helpers above `train` (open_run, restore_training, open_logger, report_success) are
+shared with the other training loops (`train_drrn.py`, `bc.py`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
 from collections import deque
@@ -21,20 +22,20 @@ import torch
 from tqdm import tqdm
 
 from glamrl import distributed
-from glamrl.agents.llm import LLMAgent
+from glamrl.agents.factory import AgentKindError, make_agent, make_model
 from glamrl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from glamrl.config import TrainConfig, write_config
 from glamrl.errors import GlamrlError
 from glamrl.eval.probes import start_probe_log
-from glamrl.llm.policy import LLMPolicy
 from glamrl.rl.buffer import RolloutBuffer
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients
 from glamrl.rollout import run_episodes, step, summarize
-from glamrl.rundir import run_lock
+from glamrl.rundir import holds_run_lock
 from glamrl.runlog import RunLogger, episode_stats
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training ones
+PPO_KINDS = ("llm", "symbolic")
 LOSS_TERMS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
 
 
@@ -52,8 +53,8 @@ class TrainResult:
 
 
 def default_run_dir(cfg: TrainConfig) -> Path:
-    """runs/{env}-{model}-seed{seed}: the one place run ids are made."""
-    model = Path(cfg.model.name).stem.replace("/", "_")
+    """runs/{env}-{model}-seed{seed} (llm) or runs/{env}-{kind}-seed{seed}: the one place run ids are made."""
+    model = Path(cfg.model.name).stem.replace("/", "_") if cfg.agent.kind == "llm" else cfg.agent.kind
     return Path("runs") / f"{cfg.env.id}-{model}-seed{cfg.env.seed}"
 
 
@@ -63,20 +64,59 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def make_agent(cfg: TrainConfig, policy: LLMPolicy, greedy: bool = False) -> LLMAgent:
-    return LLMAgent(policy, cfg.env.num_envs, cfg.prompt.actions, cfg.prompt.nbr_obs, cfg.env.language, greedy)
+class TrainerMismatchError(GlamrlError, ValueError):
+    """A run directory resumed by another training loop than the one that wrote it."""
 
 
+def open_run(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str) -> dict[str, Any] | None:
+    """Seed everything and, resuming, return RUN_DIR's last checkpoint (None for a new run).
+
+    `trainer` (ppo, drrn, bc) must be the loop that wrote the checkpoint, stored under "trainer"
+    in it. Under torchrun rank 0 reads the checkpoint and the other ranks receive it. The
+    config is written by the loop once its envs and model could be built (`write_config`).
+    """
+    ranks = distributed.current()
+    state = distributed.broadcast_object(load_checkpoint(run_dir) if resume and ranks.is_main else None)
+    if state is not None and state.get("trainer", "ppo") != trainer:
+        raise TrainerMismatchError(
+            f"{run_dir} was trained by {state.get('trainer', 'ppo')}, not {trainer}: start a new run from it "
+            f"with agent.init_from={run_dir} and another --run-dir")
+    seed_everything(cfg.env.seed)  # the same initial weights on every rank
+    return state
+
+
+def restore_training(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Load a checkpoint's trained weights, optimizer and RNG states (every training loop stores these three)."""
+    model.load_trainable_state_dict(state["policy"])
+    optimizer.load_state_dict(state["optimizer"])
+    set_rng_state(state["rng"])
+
+
+def open_logger(cfg: TrainConfig, run_dir: Path, state: dict[str, Any] | None) -> RunLogger:
+    """RUN_DIR's log, cut back to the checkpoint being resumed (`state`) or started afresh."""
+    return RunLogger(run_dir, resume_after_update=state["update"] if state is not None else None,
+                     tensorboard=cfg.run.tensorboard)
+
+
+def report_success(cfg: TrainConfig, model: torch.nn.Module, when: str, say: Callable[[str], None]) -> float | None:
+    """Success rate on `cfg.run.eval_episodes` evaluation episodes, said aloud; None when that is 0."""
+    if not cfg.run.eval_episodes:
+        return None
+    rate = evaluate_policy(cfg, model)["success_rate"]
+    say(f"success rate {when}: {rate:.3f} ({cfg.run.eval_episodes} episodes)")
+    return rate
+
+
+@holds_run_lock
 def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool = True,
           say: Callable[[str], None] = print) -> TrainResult:
-    """Train (or resume, from RUN_DIR's last checkpoint) the LLM agent `cfg` describes.
+    """Train (or resume, from RUN_DIR's last checkpoint) the PPO agent `cfg` describes (llm or symbolic).
 
     Holds RUN_DIR's lock throughout: a second process on the same run directory is refused.
     Under torchrun (see `glamrl.distributed`) every rank calls this; rank 0 alone touches RUN_DIR.
     """
     ranks = distributed.current()
-    with run_lock(run_dir) if ranks.is_main else contextlib.nullcontext():
-        return _train(cfg, run_dir, resume, progress and ranks.is_main, say if ranks.is_main else _quiet, ranks)
+    return _train(cfg, run_dir, resume, progress and ranks.is_main, say if ranks.is_main else _quiet, ranks)
 
 
 def _quiet(_: str) -> None:
@@ -85,38 +125,32 @@ def _quiet(_: str) -> None:
 
 def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: Callable[[str], None],
            ranks: distributed.Ranks) -> TrainResult:
-    state = distributed.broadcast_object(load_checkpoint(run_dir) if resume and ranks.is_main else None)
-    seed_everything(cfg.env.seed)  # the same initial weights on every rank
+    if cfg.agent.kind not in PPO_KINDS:
+        raise AgentKindError(f"PPO trains agent kinds {', '.join(PPO_KINDS)}, not {cfg.agent.kind!r}")
+    state = open_run(cfg, run_dir, resume, "ppo")
     p = cfg.ppo
     N, T, K = cfg.env.num_envs, p.num_steps, ranks.world_size
     frames_per_update = cfg.batch_size * K  # all ranks together
 
     # ---- envs, model, optimizer; the config is recorded once all of them could be built
     envs = cfg.env.make_vector_env()
-    policy = LLMPolicy(cfg.model, cfg.prompt.actions)
+    policy = make_model(cfg)
     params = [w for w in policy.parameters() if w.requires_grad]
     optimizer = torch.optim.Adam(params, lr=p.lr, betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps)
-    agent = make_agent(cfg, policy)
+    agent = make_agent(cfg, policy, envs)
     if ranks.is_main:
         write_config(cfg, run_dir)
     update, frames, episodes, duration = 0, 0, 0, 0.0
     if state is not None:
-        policy.load_trainable_state_dict(state["policy"])
-        optimizer.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"])
+        restore_training(state, policy, optimizer)
         update, frames, episodes, duration = state["update"], state["frames"], state["episodes"], state["duration"]
         say(f"resuming {run_dir} after update {update} ({frames} frames)")
     distributed.broadcast_parameters(policy)
     if ranks.active:  # each rank samples its own actions and minibatches
         seed_everything(cfg.env.seed + 7919 * (update * K + ranks.rank))
 
-    success_before = None
-    if state is None and cfg.run.eval_episodes:
-        success_before = evaluate_policy(cfg, policy)["success_rate"]
-        say(f"success rate before training: {success_before:.3f} ({cfg.run.eval_episodes} episodes)")
-
-    logger = RunLogger(run_dir, resume_after_update=update if state is not None else None,
-                       tensorboard=cfg.run.tensorboard) if ranks.is_main else None
+    success_before = report_success(cfg, policy, "before training", say) if state is None else None
+    logger = open_logger(cfg, run_dir, state) if ranks.is_main else None
     # env i of rank r starts at seed + (update * K + r) * N + i: no two envs, ranks or updates share a seed,
     # and a resumed run starts fresh episodes
     obs, _ = envs.reset(seed=cfg.env.seed + (update * K + ranks.rank) * N)
@@ -138,9 +172,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: C
                        s.terminated, s.truncated)
             cut = np.flatnonzero(s.truncated & ~s.terminated)
             if len(cut):  # bootstrap a time-limit cut from V(final observation)
-                final = [s.infos["final_obs"][i] for i in cut]
-                final_obs = {"mission": [o["mission"] for o in final], "descriptions": [o["descriptions"] for o in final]}
-                buffer.final_values[t, cut] = agent.values(final_obs, cut)
+                buffer.final_values[t, cut] = agent.values(s.final_obs(cut), cut)
             agent.end_episodes(s.done)
             finished += s.episodes
             obs = s.next_obs
@@ -198,7 +230,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: C
             probes.record(policy, update, frames)
         if update % cfg.run.checkpoint_every == 0 or frames >= p.total_frames:
             save_checkpoint(run_dir, {
-                "policy": policy.trainable_state_dict(), "optimizer": optimizer.state_dict(),
+                "trainer": "ppo", "policy": policy.trainable_state_dict(), "optimizer": optimizer.state_dict(),
                 "rng": rng_state(), "update": update, "frames": frames, "episodes": episodes,
                 "duration": metrics["duration"], "config": cfg.to_dict(),
             })
@@ -210,19 +242,15 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: C
         logger.close()
     envs.close()
 
-    success_after = None
-    if cfg.run.eval_episodes:
-        success_after = evaluate_policy(cfg, policy)["success_rate"]
-        say(f"success rate after training: {success_after:.3f} ({cfg.run.eval_episodes} episodes)")
-    return TrainResult(run_dir, update, frames, success_before, success_after)
+    return TrainResult(run_dir, update, frames, success_before, report_success(cfg, policy, "after training", say))
 
 
-def evaluate_policy(cfg: TrainConfig, policy: LLMPolicy) -> dict[str, Any]:
+def evaluate_policy(cfg: TrainConfig, policy: torch.nn.Module) -> dict[str, Any]:
     """The policy's success on fresh evaluation episodes (seeds apart from training), shared among the ranks."""
     ranks = distributed.current()
     share = cfg.run.eval_episodes // ranks.world_size + (ranks.rank < cfg.run.eval_episodes % ranks.world_size)
     envs = cfg.env.make_vector_env()
-    agent = make_agent(cfg, policy, greedy=cfg.run.eval_greedy)
+    agent = make_agent(cfg, policy, envs, greedy=cfg.run.eval_greedy)
     try:
         seed = cfg.env.seed + EVAL_SEED_OFFSET + ranks.rank * cfg.env.num_envs
         results = run_episodes(envs, agent, share, seed=seed)

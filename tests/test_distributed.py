@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from glamrl.checkpoint import load_checkpoint
 from glamrl.cli import main

@@ -1,7 +1,7 @@
 import pytest
 import yaml
 
-from glamrl.plot import group_runs, plot_runs
+from glamrl.plot import agent_label, group_runs, plot_runs
 from glamrl.runlog import LogNotFoundError, RunLogger
 
 
@@ -38,3 +38,21 @@ def test_missing_log_is_a_named_error(runs, tmp_path):
     (tmp_path / "empty_run").mkdir()
     with pytest.raises(LogNotFoundError, match="empty_run"):
         plot_runs([*runs, tmp_path / "empty_run"], tmp_path / "curves.png")
+
+
+def test_legend_names_the_agent_kind_and_config(tmp_path):
+    configs = {
+        "glam": {"model": {"name": "smollm2-135m", "lora": True}},
+        "npae": {"model": {"name": "smollm2-135m", "pretrained": False, "use_action_heads": True}},
+        "drrn": {"agent": {"kind": "drrn"}},
+        "sym": {"agent": {"kind": "symbolic"}, "symbolic": {"memory": True}},
+    }
+    run_dirs = []
+    for name, config in configs.items():
+        run = _run(tmp_path, name, 1, 1e-4, 3)
+        (run / "config.yaml").write_text(yaml.safe_dump({**config, "env": {"id": "BabyAI-GoToObjS4-v0"}}))
+        run_dirs.append(run)
+    assert [agent_label(r) for r in run_dirs] == [
+        "llm smollm2-135m lora on GoToObjS4", "npae smollm2-135m on GoToObjS4", "drrn on GoToObjS4",
+        "symbolic memory on GoToObjS4"]
+    plot_runs(run_dirs, tmp_path / "compare.png")

@@ -14,21 +14,21 @@ from glamrl.prompts import PromptHistory
 
 
 class LLMAgent:
-    """Keeps each env's prompt history and asks `policy` for pi(a | prompt) and V(prompt)."""
+    """Keeps each env's prompt history and asks `policy` for pi(a | prompt) and V(prompt) over its action names."""
 
     def __init__(
         self,
         policy: LLMPolicy,
         num_envs: int,
-        action_names: Sequence[str],
         nbr_obs: int = 3,
         language: str = "en",
         greedy: bool = False,
         goal_header: str | None = None,
+        action_names: Sequence[str] | None = None,
     ) -> None:
         self.policy = policy
         self.goal_header = goal_header  # None: the language's "Goal of the agent:"
-        self.action_names = list(action_names)
+        self.action_names = list(policy.action_names if action_names is None else action_names)
         self.language = language
         self.greedy = greedy
         self.histories = [PromptHistory(nbr_obs) for _ in range(num_envs)]
@@ -43,7 +43,7 @@ class LLMAgent:
     @torch.inference_mode()
     def act(self, obs: dict[str, Any]) -> Decision:
         prompts = self.prompts(obs, range(len(self.histories)))
-        out = self.policy(prompts, self.action_names)
+        out = self.policy(prompts)
         log_probs = out.log_probs.float()                                  # (N, A)
         if self.greedy:
             actions = log_probs.argmax(dim=1)                              # (N,)

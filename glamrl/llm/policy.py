@@ -9,10 +9,8 @@ re-scores them with gradients during the PPO update.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -25,9 +23,6 @@ from glamrl.llm.heads import ActionHeads, ValueHead
 from glamrl.llm.loading import load_model
 from glamrl.llm.lora import apply_lora, base_model
 from glamrl.llm.scorer import ActionScorer
-
-CHECKPOINT_FILE = "policy.pt"
-
 
 class PolicyStateError(GlamrlError, ValueError):
     """A saved policy state does not match this policy's trainable parameters."""
@@ -108,23 +103,3 @@ class LLMPolicy(nn.Module):
         with torch.no_grad():
             for name, p in params.items():
                 p.copy_(state[name])
-
-    def save(self, directory: str | Path) -> Path:
-        """Write the trainable parameters and action names to `directory/policy.pt` (atomically)."""
-        path = Path(directory) / CHECKPOINT_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp-{os.getpid()}")
-        torch.save({"action_names": list(self.action_names), "trainable": self.trainable_state_dict()}, tmp)
-        os.replace(tmp, path)
-        return path
-
-    @classmethod
-    def load(cls, directory: str | Path, config: ModelConfig) -> LLMPolicy:
-        """Rebuild the policy from `config` (base weights as configured), then load the saved trainable parameters."""
-        path = Path(directory) / CHECKPOINT_FILE
-        if not path.is_file():
-            raise PolicyStateError(f"no saved policy at {path}")
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-        policy = cls(config, saved["action_names"])
-        policy.load_trainable_state_dict(saved["trainable"])
-        return policy

@@ -17,22 +17,7 @@ from transformers import (
     T5ForConditionalGeneration,
 )
 
-SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")
-
-_WORDS = """
-possible action actions of the agent goal observation you see a an wall step steps forward left right and
-carry turn go pick up drop toggle done rotate move ahead take release switch to then after put next open
-closed locked door key ball box red green blue purple yellow grey gray first
-tu vois un une mur à pas devant gauche droite et portes clef clé balle boîte porte rouge vert verte bleu
-bleue violet violette jaune gris grise ouverte fermée verrouillée tourner aller tout droit prendre lâcher
-basculer va vers la le les ramasse ouvre puis après mets côté de action objectif observation possible
-attraper attrapé avoir être allé ouvrir ouvert mettre mis toi ta derrière au du objet d l
-"""
-_PUNCTUATION = (",", ":", ".", "'", "-")
-VOCABULARY: tuple[str, ...] = tuple(dict.fromkeys(
-    [*SPECIAL_TOKENS, *_WORDS.split(), *(str(d) for d in range(10)), *_PUNCTUATION]
-))
-"""Every token the tiny tokenizer knows, in id order (digits are split one by one)."""
+from glamrl.envs.vocabulary import SPECIAL_TOKENS, VOCABULARY  # noqa: F401  (re-exported)
 
 
 def build_tiny_tokenizer() -> PreTrainedTokenizerFast:

@@ -1,0 +1,126 @@
+"""The one place agents are built: any kind, fresh from a config or restored from a run directory.
+
+    model = make_model(cfg)                      # the trainable network of cfg.agent.kind (None: random, bot)
+    agent = make_agent(cfg, model, envs)         # the agent acting in `envs` with it
+    cfg, model, state = restore_model(run_dir)   # a run's trained network, exactly as training left it
+    agent, cfg = restore_agent(run_dir, envs)    # a run's trained agent, its kind read from its config.yaml
+
+Training loops, `glamrl eval`, the evaluation suite, behavioural cloning and `glamrl export`
+all go through here; a new agent kind plugs in by adding a branch to `make_model` and `make_agent`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+from gymnasium.vector import SyncVectorEnv
+from torch import nn
+
+from glamrl.agents.base import Agent
+from glamrl.checkpoint import CheckpointError, load_checkpoint
+from glamrl.config import AGENT_KINDS, CONFIG_FILE, TrainConfig, read_run_config
+from glamrl.errors import GlamrlError
+
+TRAINABLE_KINDS = ("llm", "drrn", "symbolic")
+
+
+class AgentKindError(GlamrlError, ValueError):
+    """An agent kind that does not fit: unknown, untrainable, or not the kind of the run given."""
+
+
+def read_run(run_dir: Path, kind: str | None = None) -> tuple[TrainConfig, dict[str, Any]]:
+    """A run's config and last checkpoint; `kind`: the agent kind expected (another one is an AgentKindError)."""
+    cfg = read_run_config(run_dir)
+    if cfg is None:
+        raise CheckpointError(f"{run_dir} is not a glamrl run directory (no {CONFIG_FILE}); "
+                              f"give a directory written by glamrl train")
+    if kind is not None and cfg.agent.kind != kind:
+        raise AgentKindError(f"{run_dir} is a run of agent kind {cfg.agent.kind!r}, not {kind!r}")
+    state = load_checkpoint(run_dir)
+    if state is None:
+        raise CheckpointError(f"{run_dir} has no checkpoint (checkpoints/last.pt); "
+                              f"train it first: glamrl train --run-dir {run_dir}")
+    return cfg, state
+
+
+def restore_model(run_dir: Path, kind: str | None = None,
+                  device: str | None = None) -> tuple[TrainConfig, nn.Module, dict[str, Any]]:
+    """A run's config, its trained network exactly as training left it (in eval mode), and its checkpoint.
+
+    `device` overrides the run's model.device (llm runs).
+    """
+    cfg, state = read_run(run_dir, kind)
+    if cfg.agent.kind not in TRAINABLE_KINDS:
+        raise AgentKindError(f"{run_dir} holds a {cfg.agent.kind!r} agent, which has no weights to restore")
+    model_cfg = dataclasses.replace(cfg.model, device=device) if device else cfg.model
+    cfg = dataclasses.replace(cfg, model=model_cfg, agent=dataclasses.replace(cfg.agent, init_from=None))
+    torch.manual_seed(cfg.env.seed)  # untrained weights (tiny models, LoRA bases) drawn as training drew them
+    model = make_model(cfg)
+    model.load_trainable_state_dict(state["policy"])
+    return cfg, model.eval(), state
+
+
+def make_model(cfg: TrainConfig) -> nn.Module | None:
+    """The trainable network of `cfg.agent.kind`, started from `cfg.agent.init_from` if given; None: nothing to train."""
+    kind = cfg.agent.kind
+    if kind == "llm":
+        from glamrl.llm.policy import LLMPolicy
+
+        model = LLMPolicy(cfg.model, cfg.prompt.actions)
+    elif kind == "drrn":
+        from glamrl.agents.drrn import DRRNetwork
+
+        model = DRRNetwork(cfg.drrn, cfg.prompt.actions)
+    elif kind == "symbolic":
+        from glamrl.agents.symbolic import ACModel
+
+        model = ACModel(cfg.symbolic)
+    elif kind in AGENT_KINDS:
+        return None
+    else:
+        raise AgentKindError(f"unknown agent kind {kind!r}; known kinds: {', '.join(AGENT_KINDS)}")
+    if cfg.agent.init_from:
+        _, state = read_run(Path(cfg.agent.init_from), kind)
+        model.load_trainable_state_dict(state["policy"])
+    return model
+
+
+def make_agent(cfg: TrainConfig, model: nn.Module | None, envs: SyncVectorEnv, greedy: bool = False) -> Agent:
+    """The agent of `cfg.agent.kind` acting in `envs` with `model` (from `make_model`); `greedy`: argmax actions."""
+    kind, n = cfg.agent.kind, envs.num_envs
+    if kind == "llm":
+        from glamrl.agents.llm import LLMAgent
+
+        return LLMAgent(model, n, cfg.prompt.nbr_obs, cfg.env.language, greedy)
+    if kind == "drrn":
+        from glamrl.agents.drrn import DRRNAgent
+
+        epsilon = 0.0 if greedy else cfg.drrn.eval_epsilon  # the training loop sets its own schedule
+        return DRRNAgent(model, n, cfg.prompt.nbr_obs, cfg.env.language, epsilon=epsilon, seed=cfg.env.seed)
+    if kind == "symbolic":
+        from glamrl.agents.symbolic import SymbolicAgent
+
+        return SymbolicAgent(model, n, greedy)
+    if kind == "random":
+        from glamrl.agents.random import RandomAgent
+
+        return RandomAgent(n, seed=cfg.env.seed)
+    if kind == "bot":
+        from glamrl.agents.bot import BotAgent
+
+        return BotAgent(envs)
+    raise AgentKindError(f"unknown agent kind {kind!r}; known kinds: {', '.join(AGENT_KINDS)}")
+
+
+def restore_agent(run_dir: Path, envs: SyncVectorEnv, language: str | None = None, greedy: bool = False,
+                  kind: str | None = None) -> tuple[Agent, TrainConfig]:
+    """The trained agent of `run_dir` acting in `envs` (observations in `language`, default the run's).
+
+    `kind`: the agent kind the caller expects; a run of another kind is an `AgentKindError`.
+    """
+    cfg, model, _ = restore_model(run_dir, kind)
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, language=language or cfg.env.language))
+    return make_agent(cfg, model, envs, greedy), cfg

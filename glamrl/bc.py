@@ -1,0 +1,106 @@
+"""Behavioural cloning: fine-tune the LLM policy on demonstrations with the language-model loss.
+
+The loss of a record is -log p(action text | prompt), the summed log-probabilities of
+the action's tokens after the prompt (the scorer's `action_log_likelihoods`, as GLAM's
+clm_behavioral-cloning); with NPAE action heads, which score no text, it is
+-log pi(action | prompt). LoRA works as in training (model.lora=true).
+
+The run directory follows training's conventions: config.yaml (agent.kind llm), log.csv
+(one row per `bc.log_every` optimizer steps; `frames` counts demonstration records
+consumed), checkpoints with the policy's trainable weights, resume by running again.
+`glamrl eval --run` evaluates it; `glamrl train agent.init_from=RUN_DIR` continues with PPO.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from glamrl.agents.factory import AgentKindError, make_model
+from glamrl.checkpoint import rng_state, save_checkpoint
+from glamrl.config import TrainConfig, write_config
+from glamrl.demos import DemoFileError, read_demos
+from glamrl.rundir import holds_run_lock
+from glamrl.train import TrainResult, open_logger, open_run, report_success, restore_training
+
+
+def bc_loss(policy: torch.nn.Module, prompts: list[str], actions: torch.Tensor) -> torch.Tensor:
+    """Mean over the batch of -log p(action text | prompt) (NPAE heads: -log pi(action | prompt))."""
+    out = policy(prompts)
+    scores = out.log_probs if out.action_log_likelihoods is None else out.action_log_likelihoods  # (B, A)
+    return -scores.float().gather(1, actions[:, None].to(scores.device)).mean()
+
+
+@holds_run_lock
+def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, progress: bool = True,
+             say: Callable[[str], None] = print) -> TrainResult:
+    """Clone the demonstrations of `data` into the LLM policy `cfg` describes (or resume RUN_DIR)."""
+    if cfg.agent.kind != "llm":
+        raise AgentKindError(f"behavioural cloning trains agent kind 'llm', not {cfg.agent.kind!r}")
+    records = read_demos(data)
+    num_actions = len(cfg.prompt.actions)
+    if any(not 0 <= r["action_index"] < num_actions for r in records):
+        raise DemoFileError(f"{data} has action indices outside 0..{num_actions - 1}")
+    prompts = [r["prompt"] for r in records]
+    actions = torch.tensor([r["action_index"] for r in records])                    # (R,)
+    state = open_run(cfg, run_dir, resume, "bc")
+    b = cfg.bc
+    steps_per_epoch = math.ceil(len(records) / b.batch_size)
+    total_steps = b.epochs * steps_per_epoch
+
+    # ---- model, optimizer
+    policy = make_model(cfg)
+    params = [w for w in policy.parameters() if w.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=b.lr)
+    write_config(cfg, run_dir)  # once the model (and envs) could be built
+    update, frames, duration = 0, 0, 0.0
+    if state is not None:
+        restore_training(state, policy, optimizer)
+        update, frames, duration = state["update"], state["frames"], state["duration"]
+        say(f"resuming {run_dir} after step {update}")
+
+    success_before = report_success(cfg, policy, "before cloning", say) if state is None else None
+    logger = open_logger(cfg, run_dir, state)
+    bar = tqdm(total=total_steps, initial=update, unit="step", disable=not progress)
+    start_time, row_start, losses, grad_norms = time.time() - duration, time.time(), [], []
+    while update < total_steps:
+        # ---- 1. the next minibatch: epoch e visits the records in a permutation fixed by (seed, e)
+        epoch, k = divmod(update, steps_per_epoch)
+        order = torch.randperm(len(records), generator=torch.Generator().manual_seed(cfg.env.seed * 10_007 + epoch))
+        mb_idx = order[k * b.batch_size: (k + 1) * b.batch_size]                    # (M,)
+
+        # ---- 2. one optimizer step on the LM loss of the action tokens
+        optimizer.zero_grad(set_to_none=True)
+        loss = bc_loss(policy, [prompts[i] for i in mb_idx.tolist()], actions[mb_idx])
+        loss.backward()
+        grad_norms.append(torch.nn.utils.clip_grad_norm_(params, b.max_grad_norm).item())
+        optimizer.step()
+        losses.append(loss.item())
+        update += 1
+        bar.update(1)
+
+        # ---- 3. log and checkpoint every log_every steps
+        if update % b.log_every == 0 or update == total_steps:
+            frames = epoch * len(records) + min((k + 1) * b.batch_size, len(records))
+            metrics = {"update": update, "frames": frames,
+                       "FPS": len(losses) * b.batch_size / (time.time() - row_start),
+                       "duration": time.time() - start_time,
+                       "loss": float(np.mean(losses)), "grad_norm": float(np.mean(grad_norms))}
+            logger.log(metrics)
+            save_checkpoint(run_dir, {
+                "trainer": "bc", "policy": policy.trainable_state_dict(), "optimizer": optimizer.state_dict(),
+                "rng": rng_state(), "update": update, "frames": frames,
+                "duration": metrics["duration"], "config": cfg.to_dict(),
+            })
+            bar.set_postfix(loss=f"{metrics['loss']:.3f}")
+            row_start, losses, grad_norms = time.time(), [], []
+    bar.close()
+    logger.close()
+
+    return TrainResult(run_dir, update, frames, success_before, report_success(cfg, policy, "after cloning", say))

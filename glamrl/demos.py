@@ -1,0 +1,99 @@
+"""Demonstrations: an agent's episodes as (prompt, action) records in a JSONL file, one record per step.
+
+    {"prompt": "...Action 0: ", "action": "turn left", "action_index": 0, "mission": "go to the red ball",
+     "task": "go_to", "episode": 3, "step": 0, "episode_return": 0.9, "success": true}
+
+`prompt` is GLAM's prompt (glamrl/prompts.py) of the decision, with the action names
+and history length given; behavioural cloning (glamrl/bc.py) learns `action` from it.
+Episodes are counted as in evaluation: a fixed quota per env, so short ones are not favoured.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import SyncVectorEnv
+
+from glamrl.agents.base import Agent, Decision
+from glamrl.envs import EpisodeResult
+from glamrl.errors import GlamrlError
+from glamrl.prompts import PromptHistory
+from glamrl.rollout import evaluate
+
+class DemoFileError(GlamrlError, ValueError):
+    """A demonstration file that is missing, empty or not glamrl's JSONL records."""
+
+
+class RecordingAgent:
+    """Wraps an agent and keeps the (prompt, action) pairs of each env's current episode."""
+
+    def __init__(self, agent: Agent, num_envs: int, action_names: Sequence[str], nbr_obs: int, language: str) -> None:
+        self.agent, self.action_names, self.language = agent, list(action_names), language
+        self.histories = [PromptHistory(nbr_obs) for _ in range(num_envs)]
+        self.current: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
+        self.ended: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]  # each env's last finished episode
+
+    def act(self, obs: dict[str, Any]) -> Decision:
+        decision = self.agent.act(obs)
+        for i, (mission, sentences, a) in enumerate(zip(obs["mission"], obs["descriptions"], decision.actions)):
+            prompt = self.histories[i].prompt(self.action_names, mission, sentences, self.language)
+            name = self.action_names[int(a)]
+            self.current[i].append({"prompt": prompt, "action": name, "action_index": int(a), "mission": mission})
+            self.histories[i].record(sentences, name)
+        return decision
+
+    def end_episodes(self, done: np.ndarray) -> None:
+        self.agent.end_episodes(done)
+        for i in np.flatnonzero(done):
+            self.ended[i], self.current[i] = self.current[i], []
+            self.histories[i].clear()
+
+
+def record_demos(envs: SyncVectorEnv, agent: Agent, episodes: int, seed: int, action_names: Sequence[str],
+                 nbr_obs: int = 3, language: str = "en", progress: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """`episodes` episodes of `agent` as records, and `evaluate`'s summary of them."""
+    recorder = RecordingAgent(agent, envs.num_envs, action_names, nbr_obs, language)
+    records: list[dict[str, Any]] = []
+    kept = 0
+
+    def keep(ep: EpisodeResult) -> None:
+        nonlocal kept
+        for t, r in enumerate(recorder.ended[ep.env_index]):
+            records.append({**r, "task": ep.task, "episode": kept, "step": t,
+                            "episode_return": ep.episode_return, "success": ep.success})
+        kept += 1
+
+    summary = evaluate(envs, recorder, episodes, seed, progress=progress, on_episode=keep)
+    return records, summary
+
+
+def write_demos(records: list[dict[str, Any]], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    tmp.replace(path)
+    return path
+
+
+def read_demos(path: Path) -> list[dict[str, Any]]:
+    """The records of a demonstration file; `DemoFileError` names the first bad line."""
+    if not path.is_file():
+        raise DemoFileError(f"demonstration file not found: {path}")
+    records = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise DemoFileError(f"{path}:{number} is not JSON (expected one record per line)") from None
+            if not isinstance(record, dict) or not {"prompt", "action_index"} <= record.keys():
+                raise DemoFileError(f"{path}:{number} lacks 'prompt' and 'action_index' (write it with glamrl demos)")
+            records.append(record)
+    if not records:
+        raise DemoFileError(f"{path} holds no demonstration")
+    return records

@@ -1,0 +1,139 @@
+"""Off-policy training of the DRRN agent, read top to bottom.
+
+Choices (documented in `DRRNConfig`): a uniform replay memory, double Q-learning with a
+target network copied every `target_update_every` gradient steps, and epsilon-greedy
+exploration decaying linearly over `epsilon_decay_frames` frames (evaluation: `eval_epsilon`, or
+greedy with run.eval_greedy / `glamrl eval --greedy`).
+Uniform rather than prioritised replay: BabyAI-Text's rewards are sparse but not rare on
+the small levels, and it keeps the memory a plain ring buffer.
+
+Each row of the log covers `log_every` frames: act in N envs (the same vector env, step
+function and CSV columns as PPO) → store transitions → a double-Q step every
+`train_every` vector steps → log → checkpoint (network, target, optimizer, replay
+memory, RNGs). Running again on a run directory resumes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from glamrl.agents.drrn import DRRNAgent, DRRNetwork
+from glamrl.agents.factory import AgentKindError, make_agent, make_model
+from glamrl.checkpoint import rng_state, save_checkpoint
+from glamrl.config import DRRNConfig, TrainConfig, write_config
+from glamrl.rl.dqn import double_q_loss, linear_epsilon
+from glamrl.rl.replay import ReplayMemory
+from glamrl.rollout import step
+from glamrl.rundir import holds_run_lock
+from glamrl.runlog import episode_stats
+from glamrl.train import TrainResult, open_logger, open_run, report_success, restore_training
+
+
+def q_learning_step(network: DRRNetwork, target: DRRNetwork, optimizer: torch.optim.Optimizer,
+                    memory: ReplayMemory, cfg: DRRNConfig) -> dict[str, float]:
+    """One gradient step of double Q-learning on a uniform draw from `memory`."""
+    obs, actions, rewards, next_obs, terminated = memory.sample(cfg.batch_size)
+    q = network(obs)                                                       # (B, A)
+    with torch.no_grad():
+        next_q_online, next_q_target = network(next_obs), target(next_obs)  # (B, A) each
+    loss = double_q_loss(q, next_q_online, next_q_target, actions, rewards, terminated, cfg.gamma)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(network.parameters(), cfg.max_grad_norm)
+    optimizer.step()
+    return {"loss": loss.item(), "grad_norm": grad_norm.item(), "q_mean": q.detach().mean().item()}
+
+
+@holds_run_lock
+def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool = True,
+               say: Callable[[str], None] = print) -> TrainResult:
+    """Train (or resume, from RUN_DIR's last checkpoint) the DRRN agent `cfg` describes."""
+    if cfg.agent.kind != "drrn":
+        raise AgentKindError(f"train_drrn trains agent kind 'drrn', not {cfg.agent.kind!r}")
+    state = open_run(cfg, run_dir, resume, "drrn")
+    d, N = cfg.drrn, cfg.env.num_envs
+    steps_per_row = math.ceil(d.log_every / N)
+    num_rows = math.ceil(d.total_frames / (steps_per_row * N))
+
+    # ---- networks, optimizer, replay memory, envs
+    network = make_model(cfg)
+    target = copy.deepcopy(network).requires_grad_(False)
+    optimizer = torch.optim.Adam(network.parameters(), lr=d.lr)
+    memory = ReplayMemory(d.replay_size, d.max_tokens)
+    envs = cfg.env.make_vector_env()
+    agent: DRRNAgent = make_agent(cfg, network, envs)
+    write_config(cfg, run_dir)  # once the model (and envs) could be built
+    update, frames, episodes, duration, grad_steps = 0, 0, 0, 0.0, 0
+    if state is not None:
+        restore_training(state, network, optimizer)
+        target.load_state_dict(state["target"])
+        memory.load_state_dict(state["replay"])
+        update, frames, episodes, duration, grad_steps = (state[k] for k in (
+            "update", "frames", "episodes", "duration", "grad_steps"))
+        agent.rng = np.random.default_rng([cfg.env.seed, update])
+        say(f"resuming {run_dir} after row {update} ({frames} frames)")
+
+    success_before = report_success(cfg, network, "before training", say) if state is None else None
+    logger = open_logger(cfg, run_dir, state)
+    obs, _ = envs.reset(seed=cfg.env.seed + update * N)  # a resumed run starts fresh episodes
+    bar = tqdm(total=num_rows * steps_per_row * N, initial=frames, unit="frame", disable=not progress)
+    start_time = time.time() - duration
+    while update < num_rows:
+        row_start = time.time()
+        finished, stats = [], []
+
+        # ---- 1. act epsilon-greedily in N envs, store the transitions, learn every train_every steps
+        for _ in range(steps_per_row):
+            agent.epsilon = linear_epsilon(frames, d.epsilon_start, d.epsilon_end, d.epsilon_decay_frames)
+            s = step(envs, agent, obs)
+            next_ids = agent.encode(s.next_obs, range(N))                 # (N, L), histories still hold o
+            cut = np.flatnonzero(s.truncated & ~s.terminated)
+            if len(cut):  # a time-limit cut bootstraps from the episode's final observation
+                next_ids[cut] = agent.encode(s.final_obs(cut), cut)
+            memory.add(torch.stack(s.decision.prompts), torch.as_tensor(s.decision.actions),
+                       torch.as_tensor(s.rewards * d.reward_scale), next_ids, torch.as_tensor(s.terminated))
+            agent.end_episodes(s.done)
+            finished += s.episodes
+            obs = s.next_obs
+            frames += N
+            if frames >= d.learning_starts and (frames // N) % d.train_every == 0:
+                stats.append(q_learning_step(network, target, optimizer, memory, d))
+                grad_steps += 1
+                if grad_steps % d.target_update_every == 0:
+                    target.load_state_dict(network.state_dict())
+        episodes += len(finished)
+        update += 1
+
+        # ---- 2. log, then checkpoint (a kill in between replays this row on resume)
+        metrics = {
+            "update": update, "frames": frames, "episodes": episodes,
+            "FPS": steps_per_row * N / (time.time() - row_start), "duration": time.time() - start_time,
+            **episode_stats([e.episode_return for e in finished], [e.episode_length for e in finished],
+                            [e.success for e in finished]),
+            **{k: float(np.mean([st[k] for st in stats])) for k in ("loss", "grad_norm", "q_mean") if stats},
+            "epsilon": agent.epsilon,
+        }
+        logger.log(metrics)
+        if update % cfg.run.checkpoint_every == 0 or update == num_rows:
+            save_checkpoint(run_dir, {
+                "trainer": "drrn", "policy": network.trainable_state_dict(), "target": target.state_dict(),
+                "optimizer": optimizer.state_dict(), "replay": memory.state_dict(), "rng": rng_state(),
+                "update": update, "frames": frames, "episodes": episodes, "grad_steps": grad_steps,
+                "duration": metrics["duration"], "config": cfg.to_dict(),
+            })
+        bar.update(steps_per_row * N)
+        if "success_rate" in metrics:
+            bar.set_postfix(fps=f"{metrics['FPS']:.0f}", success=f"{metrics['success_rate']:.2f}")
+    bar.close()
+    logger.close()
+    envs.close()
+
+    return TrainResult(run_dir, update, frames, success_before, report_success(cfg, network, "after training", say))

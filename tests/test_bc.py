@@ -1,0 +1,80 @@
+"""Bot demonstrations and behavioural cloning: records, clone a tiny LLM, beat random, then PPO from it."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from glamrl.agents.factory import restore_agent
+from glamrl.bc import train_bc
+from glamrl.checkpoint import load_checkpoint
+from glamrl.config import AgentConfig, load_train_config
+from glamrl.demos import DemoFileError, read_demos
+from glamrl.rollout import evaluate
+from glamrl.runlog import read_log
+from glamrl.train import TrainerMismatchError, evaluate_policy, train
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=8", "env.seed=2", "prompt.nbr_obs=1",
+        "model.name=tiny-llama", "model.device=cpu", "run.tensorboard=false",
+        "bc.lr=2e-3", "bc.epochs=6", "bc.batch_size=16", "bc.log_every=20"]
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demos") / "bot.jsonl"
+    done = subprocess.run([sys.executable, "-m", "glamrl.cli", "demos", "--agent", "bot", "--env",
+                           "BabyAI-TurnToObject-v0", "--episodes", "200", "--nbr-obs", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_demos_hold_one_record_per_bot_step(demos):
+    records = read_demos(demos)
+    assert len(records) == 200  # the bot needs one turn per TurnToObject episode
+    first = json.loads(demos.read_text().splitlines()[0])
+    assert set(first) == {"prompt", "action", "action_index", "mission", "task", "episode", "step",
+                          "episode_return", "success"}
+    assert first["prompt"].endswith("Action 0: ") and first["mission"] in first["prompt"]
+    assert all(r["success"] and r["action"] in ("turn left", "turn right") for r in records)
+    side = {"left": "turn left", "right": "turn right"}  # the bot turns towards the object the text places
+    assert all(side[r["prompt"].split(" step ")[1].split(",")[0]] == r["action"] for r in records)
+
+
+def test_cloning_a_tiny_llm_beats_random_and_ppo_starts_from_it(demos, tmp_path):
+    # Measured (200 eval episodes, env.seed 1 and 2): cloned 0.995 and 1.000, untrained 0.00-0.01, random 0.17;
+    # the loss falls from ~7 to ~0.015 over the 78 steps.
+    run = tmp_path / "bc"
+    cfg = load_train_config(None, TINY)
+    result = train_bc(cfg, demos, run, progress=False, say=lambda _: None)
+    assert result.updates == 78 and load_checkpoint(run)["update"] == 78
+    rows = read_log(run)
+    assert [r["update"] for r in rows] == [20, 40, 60, 78] and rows[-1]["loss"] < rows[0]["loss"] / 10
+
+    eval_cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, eval_episodes=100))
+    random_success = evaluate_policy(dataclasses.replace(eval_cfg, agent=AgentConfig(kind="random")), None)
+    envs = cfg.env.make_vector_env()
+    agent, _ = restore_agent(run, envs, kind="llm")
+    cloned = evaluate(envs, agent, 100, seed=cfg.env.seed + 1_000_000)
+    print(f"random {random_success['success_rate']:.2f}, cloned {cloned['success_rate']:.2f}")
+    assert random_success["success_rate"] < 0.3 and cloned["success_rate"] >= 0.8
+
+    ppo = load_train_config(None, [*TINY, f"agent.init_from={run}", "ppo.total_frames=64", "ppo.num_steps=8",
+                                   "ppo.minibatch_size=64", "ppo.lr=1e-9", "run.eval_episodes=100"])
+    after = train(ppo, tmp_path / "ppo", progress=False, say=lambda _: None)
+    assert after.success_before >= 0.8  # PPO's first evaluation already sees the cloned policy
+    with pytest.raises(TrainerMismatchError, match=f"trained by bc, not ppo: .*agent.init_from={run}"):
+        train(cfg, run, resume=True, progress=False, say=lambda _: None)  # PPO cannot resume a BC run
+
+
+def test_bad_demonstration_files_are_one_clear_error(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "x", "action_index": 0}\nnot json\n')
+    with pytest.raises(DemoFileError, match="bad.jsonl:2 is not JSON"):
+        read_demos(bad)
+    with pytest.raises(DemoFileError, match="not found"):
+        read_demos(tmp_path / "missing.jsonl")
