@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -171,6 +170,8 @@ def cmd_eval(args: argparse.Namespace) -> None:
 
     if args.out:
         check_writable_file(args.out)
+    from glamrl.eval.agents import make_eval_agent
+
     envs = make_vector_env(args.env, args.num_envs, task=args.task, language=args.language)
     agent = make_eval_agent(args, envs)
     summary = evaluate(envs, agent, args.episodes, seed=args.seed, progress=True)
@@ -213,39 +214,6 @@ def cmd_suite(args: argparse.Namespace) -> None:
     print(f"{len(tests)} tests in {time.time() - start:.1f}s")
 
 
-def make_eval_agent(args: argparse.Namespace, envs):
-    """The agent `glamrl eval` runs: a run's trained agent (--run), or a fresh one of kind --agent."""
-    from glamrl.agents.factory import AgentKindError, make_agent, make_model, restore_agent
-    from glamrl.config import AgentConfig, EnvConfig, ModelConfig, PromptConfig, TrainConfig
-    from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES
-    from glamrl.llm.exported import read_manifest
-
-
-    if args.run is not None:
-        agent, cfg = restore_agent(args.run, envs, language=args.language, greedy=args.greedy, kind=args.agent)
-        args.agent = cfg.agent.kind
-        return agent
-    if args.agent is None:
-        raise AgentKindError("give --agent (a fresh agent) or --run (a trained one)")
-    if args.agent in ("drrn", "symbolic"):
-        raise AgentKindError(f"a fresh {args.agent} agent is untrained: give --run with a trained {args.agent} run")
-    actions, nbr_obs, model = FRENCH_ACTION_NAMES if args.language == "fr" else ACTION_NAMES, 3, ModelConfig()
-    if args.agent == "llm":
-        model = ModelConfig(name=args.model, dtype=args.dtype, device=args.device)
-        exported = read_manifest(args.model)
-        if exported is not None:  # a `glamrl export` directory: its actions and prompt settings
-            actions, nbr_obs = exported.action_names, exported.nbr_obs
-            model = dataclasses.replace(model, normalize_by_length=exported.normalize_by_length,
-                                        use_action_heads=exported.use_action_heads)
-    cfg = TrainConfig(
-        env=EnvConfig(id=args.env, seed=args.seed, task=args.task, language=args.language),  # envs: built by the caller
-        prompt=PromptConfig(nbr_obs=nbr_obs, actions=list(actions)),
-        model=model,
-        agent=AgentConfig(kind=args.agent),
-    )
-    return make_agent(cfg, make_model(cfg), envs, greedy=args.greedy)
-
-
 def cmd_demos(args: argparse.Namespace) -> None:
     from glamrl.demos import record_demos, write_demos
     from glamrl.envs import make_vector_env
@@ -254,6 +222,8 @@ def cmd_demos(args: argparse.Namespace) -> None:
 
     if args.agent is None and args.run is None:
         args.agent = "bot"
+    from glamrl.eval.agents import make_eval_agent
+
     envs = make_vector_env(args.env, args.num_envs, task=args.task, language=args.language)
     agent = make_eval_agent(args, envs)
     actions = FRENCH_ACTION_NAMES if args.language == "fr" else ACTION_NAMES

@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 from glamrl.cli import main
 from glamrl.config import ModelConfig, load_train_config
 from glamrl.envs.factory import make_env
-from glamrl.export import export_run, load_run_policy
+from glamrl.agents.factory import restore_model
+from glamrl.export import export_run
 from glamrl.llm.exported import HEADS_FILE, MANIFEST_FILE, read_manifest
 from glamrl.llm.policy import LLMPolicy, PolicyStateError
 from glamrl.prompts import PromptHistory
@@ -141,9 +142,9 @@ def exported(tmp_path_factory):
 
 
 def run_outputs(run_dir, prompts):
-    run = load_run_policy(run_dir, device="cpu")
+    _, policy, _ = restore_model(run_dir, device="cpu")
     with torch.no_grad():
-        out = run.policy(prompts)
+        out = policy(prompts)
     return out.action_log_likelihoods, out.values
 
 
@@ -179,11 +180,11 @@ def test_plain_transformers_in_a_fresh_process_reproduces_the_runs_scores(export
 def test_training_changed_what_was_exported(exported):
     run_dir, _ = exported["llama-lora"]
     prompts = some_prompts(read_manifest(exported["llama-lora"][1]).action_names, nbr_obs=2)
-    run = load_run_policy(run_dir, device="cpu")
-    torch.manual_seed(run.config.env.seed)
-    fresh = LLMPolicy(run.config.model, run.config.prompt.actions)
+    cfg, policy, _ = restore_model(run_dir, device="cpu")
+    torch.manual_seed(cfg.env.seed)
+    fresh = LLMPolicy(cfg.model, cfg.prompt.actions)
     with torch.no_grad():
-        assert (fresh(prompts).action_log_likelihoods - run.policy(prompts).action_log_likelihoods).abs().max() > 1e-3
+        assert (fresh(prompts).action_log_likelihoods - policy(prompts).action_log_likelihoods).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("name", ["llama-lora", "t5-full"])
@@ -226,7 +227,7 @@ def test_a_run_continues_from_an_export(exported, tmp_path):
 def test_model_card_describes_the_run(exported):
     run_dir, out = exported["llama-lora"]
     card = (out / "README.md").read_text()
-    state = load_run_policy(run_dir, device="cpu").state
+    state = restore_model(run_dir, device="cpu")[2]
     assert f"{state['update']} PPO updates, {state['frames']} frames" in card
     assert "BabyAI-TurnToObject-v0" in card and "Possible action of the agent: turn left" in card
     assert "PeftModel.from_pretrained" in card and "lora: true" in card
@@ -276,7 +277,7 @@ def test_npae_action_heads_travel_with_the_export(tmp_path):
     prompts = some_prompts(cfg.prompt.actions, nbr_obs=2)
     policy = LLMPolicy(ModelConfig(name=str(tmp_path / "out"), device="cpu", use_action_heads=True), cfg.prompt.actions)
     with torch.no_grad():
-        loaded, trained = policy(prompts), load_run_policy(tmp_path / "run", device="cpu").policy(prompts)
+        loaded, trained = policy(prompts), restore_model(tmp_path / "run", device="cpu")[1](prompts)
     torch.testing.assert_close(loaded.log_probs, trained.log_probs, atol=1e-5, rtol=0)
     torch.testing.assert_close(loaded.values, trained.values, atol=1e-5, rtol=0)
     with pytest.raises(PolicyStateError, match="use_action_heads=true"):

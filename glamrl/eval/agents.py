@@ -1,60 +1,82 @@
-"""The one place the suite, `play` and probes build agents from command-line arguments.
+"""The agents that `glamrl eval`, `eval --suite`, `play` and `demos` run, built through the agent factory.
 
-`agent_builder(args)` does all the slow and fallible work (loading a model or a run's
-checkpoint) once, before any episode, and returns a label and a function that builds
-the agent for one test's envs: the same policy, with the test's action names, language
-and goal header. Replace this function to plug in another agent factory.
+`load_eval_model(args)` does the slow and fallible work once, before any episode: it
+reads a run (`--run`, any agent kind), or describes a fresh agent (`--agent`: llm
+zero-shot from `--model`, a `glamrl export` directory included; random; bot). Then
+`agent_builder(args)` returns a label and a function that builds the agent for one
+suite test's envs: the same network, with the test's action names, language and goal
+header.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from gymnasium.vector import SyncVectorEnv
+from torch import nn
 
 from glamrl.agents.base import Agent
-from glamrl.envs.actions import ACTION_NAMES
+from glamrl.agents.factory import AgentKindError, make_agent, make_model, restore_model
+from glamrl.config import AgentConfig, EnvConfig, ModelConfig, PromptConfig, TrainConfig
+from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES
 from glamrl.eval.suite import AgentBuilder, SuiteTest
 
 ZERO_SHOT_NBR_OBS = 3  # GLAM's prompt keeps three observations
 
 
+def load_eval_model(args: argparse.Namespace) -> tuple[TrainConfig, nn.Module | None, str]:
+    """(config, network or None, label) of the agent that `args` names; `args.agent` is set to its kind."""
+    if args.run is not None:
+        cfg, model, _ = restore_model(args.run, kind=args.agent)
+        args.agent = cfg.agent.kind
+        return cfg, model, f"run {run_label(args.run)}"
+    if args.agent is None:
+        raise AgentKindError("give --agent (a fresh agent) or --run (a trained one)")
+    if args.agent in ("drrn", "symbolic"):
+        raise AgentKindError(f"a fresh {args.agent} agent is untrained: give --run with a trained {args.agent} run")
+    language = getattr(args, "language", "en")
+    prompt = PromptConfig(nbr_obs=ZERO_SHOT_NBR_OBS, actions=list(FRENCH_ACTION_NAMES if language == "fr" else ACTION_NAMES))
+    model, label = ModelConfig(), args.agent
+    if args.agent == "llm":
+        from glamrl.llm.exported import read_manifest
+
+        model = ModelConfig(name=args.model, dtype=args.dtype, device=args.device)
+        label = f"llm {Path(args.model).name} zero-shot"
+        exported = read_manifest(args.model)
+        if exported is not None:  # a `glamrl export` directory: its actions and prompt settings
+            prompt = PromptConfig(nbr_obs=exported.nbr_obs, actions=list(exported.action_names))
+            model = dataclasses.replace(model, normalize_by_length=exported.normalize_by_length,
+                                        use_action_heads=exported.use_action_heads)
+            label = f"llm {Path(args.model).name}"
+    cfg = TrainConfig(env=EnvConfig(seed=args.seed, language=language), prompt=prompt, model=model,
+                      agent=AgentConfig(kind=args.agent))
+    return cfg, make_model(cfg), label
+
+
+def make_eval_agent(args: argparse.Namespace, envs: SyncVectorEnv) -> Agent:
+    """The agent `glamrl eval` (one level) and `glamrl demos` run in `envs`."""
+    cfg, model, _ = load_eval_model(args)
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, language=args.language, seed=args.seed))
+    return make_agent(cfg, model, envs, greedy=args.greedy)
+
+
 def agent_builder(args: argparse.Namespace) -> tuple[str, AgentBuilder]:
-    """(label, builder) for `args.agent` in bot, random, llm (`args.model`, or `args.run` a run dir)."""
-    if args.agent == "random":
-        from glamrl.agents.random import RandomAgent
-
-        return "random", lambda envs, test: RandomAgent(envs.num_envs, seed=args.seed)
-    if args.agent == "bot":
-        from glamrl.agents.bot import BotAgent
-
-        return "bot", lambda envs, test: BotAgent(envs)
-
-    from glamrl.agents.llm import LLMAgent
-
-    policy, own_actions, nbr_obs, label = _load_policy(args)
+    """(label, builder of the agent for one suite test's envs) for the agent `args` names."""
+    cfg, model, label = load_eval_model(args)
+    greedy = getattr(args, "greedy", False)
 
     def build(envs: SyncVectorEnv, test: SuiteTest) -> Agent:
-        return LLMAgent(policy, envs.num_envs, test.action_names(own_actions), nbr_obs, test.language,
-                        args.greedy, goal_header=test.goal_header)
+        if cfg.agent.kind == "llm":  # reads the test's words, actions and header
+            from glamrl.agents.llm import LLMAgent
+
+            return LLMAgent(model, envs.num_envs, cfg.prompt.nbr_obs, test.language, greedy,
+                            goal_header=test.goal_header, action_names=test.action_names(cfg.prompt.actions))
+        return make_agent(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, language=test.language)),
+                          model, envs, greedy)
 
     return label, build
-
-
-def _load_policy(args: argparse.Namespace):
-    """(policy, its own action names, observations kept in the prompt, label) of a zero-shot model or a run."""
-    from glamrl.config import ModelConfig
-    from glamrl.llm.policy import LLMPolicy
-
-    if args.run is None:
-        policy = LLMPolicy(ModelConfig(name=args.model, dtype=args.dtype, device=args.device), ACTION_NAMES)
-        return policy, ACTION_NAMES, ZERO_SHOT_NBR_OBS, f"llm {Path(args.model).name} zero-shot"
-    from glamrl.export import load_run_policy
-
-    run = load_run_policy(args.run)
-    policy, cfg = run.policy, run.config
-    return policy, tuple(cfg.prompt.actions), cfg.prompt.nbr_obs, f"run {run_label(args.run)}"
 
 
 def run_label(run_dir: Path) -> str:
