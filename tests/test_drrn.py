@@ -73,7 +73,8 @@ def test_drrn_learns_to_turn_towards_the_object_and_beats_random_on_the_same_see
 
 def test_drrn_resume_continues_with_its_replay_memory(tmp_path):
     run = tmp_path / "run"
-    short = [*TINY, "drrn.log_every=160", "drrn.learning_starts=80"]
+    kept = [o for o in TINY if not o.startswith(("drrn.log_every=", "drrn.learning_starts="))]
+    short = [*kept, "drrn.log_every=160", "drrn.learning_starts=80"]
     train_drrn(load_train_config(None, [*short, "drrn.total_frames=160"]), run, progress=False, say=lambda _: None)
     state = load_checkpoint(run)
     assert state["frames"] == 160 and state["replay"]["size"] == 160 and state["grad_steps"] == 11

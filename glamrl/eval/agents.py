@@ -28,7 +28,7 @@ ZERO_SHOT_NBR_OBS = 3  # GLAM's prompt keeps three observations
 
 def load_eval_model(args: argparse.Namespace) -> tuple[TrainConfig, nn.Module | None, str]:
     """(config, network or None, label) of the agent that `args` names; `args.agent` is set to its kind."""
-    if args.run is not None:
+    if getattr(args, "run", None) is not None:
         cfg, model, _ = restore_model(args.run, kind=args.agent)
         args.agent = cfg.agent.kind
         return cfg, model, f"run {run_label(args.run)}"
