@@ -127,20 +127,21 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         update_start = time.time()
         finished = []
 
-        # ---- 1. collect T steps in N envs
-        for t in range(T):
-            s = step(envs, agent, obs)
-            d = s.decision
-            buffer.add(t, d.prompts, d.actions, d.log_probs, d.values, s.rewards * p.reward_scale,
-                       s.terminated, s.truncated)
-            cut = np.flatnonzero(s.truncated & ~s.terminated)
-            if len(cut):  # bootstrap a time-limit cut from V(final observation)
-                final = [s.infos["final_obs"][i] for i in cut]
-                final_obs = {"mission": [o["mission"] for o in final], "descriptions": [o["descriptions"] for o in final]}
-                buffer.final_values[t, cut] = agent.values(final_obs, cut)
-            agent.end_episodes(s.done)
-            finished += s.episodes
-            obs = s.next_obs
+        # ---- 1. collect T steps in N envs (with model.train_layers, the frozen trunk's output is kept)
+        with policy.collecting():
+            for t in range(T):
+                s = step(envs, agent, obs)
+                d = s.decision
+                buffer.add(t, d.prompts, d.actions, d.log_probs, d.values, s.rewards * p.reward_scale,
+                           s.terminated, s.truncated)
+                cut = np.flatnonzero(s.truncated & ~s.terminated)
+                if len(cut):  # bootstrap a time-limit cut from V(final observation)
+                    final = [s.infos["final_obs"][i] for i in cut]
+                    final_obs = {"mission": [o["mission"] for o in final], "descriptions": [o["descriptions"] for o in final]}
+                    buffer.final_values[t, cut] = agent.values(final_obs, cut)
+                agent.end_episodes(s.done)
+                finished += s.episodes
+                obs = s.next_obs
         frames += cfg.batch_size
         episodes += len(finished)
         recent.extend(e.success for e in finished)
@@ -181,6 +182,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                             [e.success for e in finished]),
             **{name: float(np.nanmean([st.get(name, np.nan) for st in stats])) for name in LOSS_TERMS},
             "explained_variance": explained,
+            "first_ratio_dev": max(st["ratio_dev"] for st in stats[:p.grad_accum]),
         }
         logger.log(metrics)
         if update % cfg.run.checkpoint_every == 0 or update == num_updates:
