@@ -177,7 +177,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         metrics = {
             "update": update, "frames": frames, "episodes": episodes,
             "FPS": cfg.batch_size / (collect_time + update_time), "duration": time.time() - start_time,
-            "collect_FPS": cfg.batch_size / collect_time,
+            "collect_FPS": cfg.batch_size / collect_time, "update_FPS": cfg.batch_size / update_time,
             **episode_stats([e.episode_return for e in finished], [e.episode_length for e in finished],
                             [e.success for e in finished]),
             **{name: float(np.nanmean([st.get(name, np.nan) for st in stats])) for name in LOSS_TERMS},
