@@ -62,7 +62,7 @@ class FrozenTrunk:
     """Runs a model whose lower part is frozen, caching that part's output per prompt.
 
     Causal: the hidden states entering block `split` for every prompt and action token.
-    Seq2seq: the encoder's output for every prompt token.
+    Seq2seq: the encoder's output for every prompt token (`split` is unused: the decoder runs whole).
     """
 
     def __init__(self, model: PreTrainedModel, is_seq2seq: bool, split: int, cache_dtype: torch.dtype) -> None:
@@ -102,7 +102,7 @@ class FrozenTrunk:
                 hidden = layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=pos)
             return hidden
 
-        hidden = self._cached(lower, ids.shape[1], lengths, keys, left_padded=True)             # (B, S, H)
+        hidden = self._cached(lower, ids.shape[1], lengths, keys, left_padded=True)  # (B, S, H)
         rope = backbone.rotary_emb(hidden, position_ids=pos)
         for layer in layers[self.split:]:
             hidden = layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=pos)
@@ -125,7 +125,7 @@ class FrozenTrunk:
                 full = compute().to(self.cache_dtype)                            # (B, S, H)
             for b, (key, n) in enumerate(zip(keys, lengths.tolist())):
                 if rows[b] is None:
-                    rows[b] = full[b, width - n:] if left_padded else full[b, :n]    # (n, H)
+                    rows[b] = full[b, width - n:] if left_padded else full[b, :n]  # (n, H)
                     if self.recording:
                         self._cache[key] = rows[b].clone()
         dtype = self.model.get_input_embeddings().weight.dtype
