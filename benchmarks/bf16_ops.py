@@ -5,6 +5,11 @@
 Numerics: fp32 (weights and compute), autocast (fp32 weights, bf16 compute: `model.compute_dtype`),
 bf16 (bf16 weights). Attention: sdpa and eager, both with the scorer's 4D masks. For each run the
 profiler's top ops by self CPU time are printed, so a slow kernel shows by name.
+
+Found (2026-11-30): bf16 is fast only where oneDNN has bf16 kernels (AVX-512 BF16 / AMX). On an
+AVX2-only CPU (`CPU capability AVX2`, oneDNN bf16 kernels: False) every bf16 matmul falls back to a
+scalar kernel: a 512^2 matmul ran at 0.1 GFLOP/s in bf16 vs 9.4 in fp32 (loaded machine), so any
+bf16 model (weights or autocast) is hundreds of times slower there, whatever the attention path.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from contextlib import nullcontext
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from benchmarks.glam_config import matmul_flops
 from benchmarks.train_speed import real_prompts
 from glamrl.config import ModelConfig
 from glamrl.envs.actions import ACTION_NAMES
@@ -32,6 +38,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    print(f"CPU capability {torch.backends.cpu.get_cpu_capability()}, oneDNN bf16 kernels: "
+          f"{torch.ops.mkldnn._is_mkldnn_bf16_supported()}")
+    for dtype in (torch.float32, torch.bfloat16):
+        print(f"512^2 matmul {str(dtype):15} {matmul_flops(dtype, 512, repeats=1) / 1e9:8.2f} GFLOP/s")
     loaded = load_model(ModelConfig(name=args.model, device="cpu"))
     prompts = real_prompts(args.batch)
     print(f"{args.model}, {args.batch} prompts, {args.threads} threads")

@@ -10,6 +10,7 @@ re-scores them with gradients during the PPO update.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,9 +34,13 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 def compute_dtype(config: ModelConfig, device: torch.device) -> torch.dtype:
     """`model.compute_dtype`, or by default bfloat16 on CUDA and the storage dtype on CPU."""
-    if config.compute_dtype is not None:
-        return _DTYPES[config.compute_dtype]
-    return torch.bfloat16 if device.type == "cuda" else _DTYPES[config.dtype]
+    dtype = _DTYPES[config.compute_dtype] if config.compute_dtype is not None else \
+        torch.bfloat16 if device.type == "cuda" else _DTYPES[config.dtype]
+    if dtype == torch.bfloat16 and device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        warnings.warn(f"this CPU ({torch.backends.cpu.get_cpu_capability()}) has no fast bf16 matmul kernels "
+                      f"(they need AVX-512 BF16 or AMX): bf16 runs hundreds of times slower than float32 here; "
+                      f"use model.compute_dtype=float32 model.dtype=float32", stacklevel=2)
+    return dtype
 
 
 class PolicyStateError(GlamrlError, ValueError):
