@@ -85,7 +85,22 @@ class ModelConfig:
     """embedded default (smollm2-135m), tiny-llama / tiny-t5 (random, for tests),
     a local Hugging Face directory, a .gguf file, or a hub id (needs network)."""
     dtype: str = "float32"
-    """float32 or bfloat16."""
+    """storage dtype of the weights: float32 or bfloat16 (bfloat16 loses small Adam steps: prefer compute_dtype)."""
+    compute_dtype: str | None = None
+    """float32 or bfloat16 (autocast, weights kept in model.dtype); None: bfloat16 on CUDA, model.dtype on CPU.
+    Collection and update run the same numerics either way."""
+    batching: str = "bucketed"
+    """padded: one batch padded to its longest prompt; bucketed: prompts sorted by length and split into
+    batches that waste at most model.max_padding of their tokens on padding (same results, less compute)."""
+    max_padding: float = 0.1
+    """bucketed batching: largest share of a batch's tokens that may be padding."""
+    train_layers: int | None = None
+    """None or 0: every weight trains (GLAM). K: only the top K blocks, the final norm, the LM head (when not
+    tied to the input embeddings) and the value/action heads train; the frozen lower blocks' outputs are
+    computed once per frame at collection and reused by every PPO epoch. Seq2seq: the encoder is frozen and
+    its output cached; the decoder's top K blocks train (its lower blocks stay frozen but are recomputed)."""
+    cache_dtype: str = "bfloat16"
+    """with train_layers: dtype the cached activations are kept in (float32 or bfloat16)."""
     device: str = "auto"
     """cpu, cuda, cuda:N or auto (cuda when available)."""
     pretrained: bool = True
@@ -108,7 +123,18 @@ class ModelConfig:
     """None: the family's attention and MLP projections."""
 
     def __post_init__(self) -> None:
-        _check(self.dtype in ("float32", "bfloat16"), f"model.dtype must be float32 or bfloat16, got {self.dtype!r}")
+        for name in ("dtype", "cache_dtype"):
+            value = getattr(self, name)
+            _check(value in ("float32", "bfloat16"), f"model.{name} must be float32 or bfloat16, got {value!r}")
+        _check(self.compute_dtype in (None, "float32", "bfloat16"),
+               f"model.compute_dtype must be float32, bfloat16 or null, got {self.compute_dtype!r}")
+        _check(not (self.compute_dtype == "float32" and self.dtype == "bfloat16"),
+               "model.compute_dtype=float32 needs model.dtype=float32 (bfloat16 weights compute in bfloat16)")
+        _check(self.batching in ("padded", "bucketed"),
+               f"model.batching must be padded or bucketed, got {self.batching!r}")
+        _check(0 <= self.max_padding < 1, f"model.max_padding must be in [0, 1), got {self.max_padding}")
+        _check(self.train_layers is None or self.train_layers >= 0,
+               f"model.train_layers must be >= 0 or null, got {self.train_layers}")
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
                f"model.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
         _check(bool(self.name), "model.name must name a model (smollm2-135m, a directory, a .gguf file)")

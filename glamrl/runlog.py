@@ -24,9 +24,10 @@ CSV_COLUMNS = (
     "num_frames_mean", "num_frames_std", "num_frames_min", "num_frames_max",
     "entropy", "policy_loss", "value_loss", "loss", "grad_norm",
     "approx_kl", "clipfrac", "explained_variance",
+    "collect_FPS", "update_FPS", "first_ratio_dev",
 )
 LOSS_COLUMNS = {"entropy", "policy_loss", "value_loss", "loss", "grad_norm",
-                "approx_kl", "clipfrac", "explained_variance"}
+                "approx_kl", "clipfrac", "explained_variance", "first_ratio_dev"}
 # CleanRL's names where they differ from the CSV column.
 TB_RENAMES = {"return_mean": "charts/episodic_return", "num_frames_mean": "charts/episodic_length"}
 

@@ -164,18 +164,19 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: C
         update_start = time.time()
         finished = []
 
-        # ---- 1. collect T steps in N envs
-        for t in range(T):
-            s = step(envs, agent, obs)
-            d = s.decision
-            buffer.add(t, d.prompts, d.actions, d.log_probs, d.values, s.rewards * p.reward_scale,
-                       s.terminated, s.truncated)
-            cut = np.flatnonzero(s.truncated & ~s.terminated)
-            if len(cut):  # bootstrap a time-limit cut from V(final observation)
-                buffer.final_values[t, cut] = agent.values(s.final_obs(cut), cut)
-            agent.end_episodes(s.done)
-            finished += s.episodes
-            obs = s.next_obs
+        # ---- 1. collect T steps in N envs (with model.train_layers, the frozen trunk's output is kept)
+        with policy.collecting():
+            for t in range(T):
+                s = step(envs, agent, obs)
+                d = s.decision
+                buffer.add(t, d.prompts, d.actions, d.log_probs, d.values, s.rewards * p.reward_scale,
+                           s.terminated, s.truncated)
+                cut = np.flatnonzero(s.truncated & ~s.terminated)
+                if len(cut):  # bootstrap a time-limit cut from V(final observation)
+                    buffer.final_values[t, cut] = agent.values(s.final_obs(cut), cut)
+                agent.end_episodes(s.done)
+                finished += s.episodes
+                obs = s.next_obs
         frames += frames_per_update
         finished = [e for rank_episodes in distributed.gather_objects(finished) for e in rank_episodes]
         episodes += len(finished)
@@ -217,11 +218,12 @@ def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: C
         metrics = {
             "update": update, "frames": frames, "episodes": episodes,
             "FPS": frames_per_update / (collect_time + update_time), "duration": time.time() - start_time,
-            "collect_FPS": frames_per_update / collect_time,
+            "collect_FPS": frames_per_update / collect_time, "update_FPS": frames_per_update / update_time,
             **episode_stats([e.episode_return for e in finished], [e.episode_length for e in finished],
                             [e.success for e in finished]),
             **dict(zip(LOSS_TERMS, losses.tolist())),
             "explained_variance": explained,
+            "first_ratio_dev": max(st["ratio_dev"] for st in stats[:p.grad_accum]),
         }
         if not ranks.is_main:
             continue

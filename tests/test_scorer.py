@@ -8,6 +8,7 @@ from transformers import PreTrainedTokenizerFast
 from glamrl.config import ModelConfig
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.llm import ActionScorer, load_model, reference_log_likelihoods
+from glamrl.llm.trunk import FrozenTrunk, freeze_trunk
 
 PROMPTS = [
     "Possible action of the agent: turn left, turn right, go forward, pick up, drop, toggle \n "
@@ -20,25 +21,52 @@ PROMPTS = [
 ACTIONS = [*ACTION_NAMES, "go to the purple box then pick up"]  # single- and multi-token candidates
 
 
-def _scorer(name: str, normalize: bool = False, attn: str | None = None) -> ActionScorer:
+BATCHING = ["padded", "bucketed", "cached"]  # cached: bucketed, lower blocks from the frozen-trunk cache
+
+
+def _scorer(name: str, normalize: bool = False, attn: str | None = None, batching: str = "padded") -> ActionScorer:
     torch.manual_seed(0)
     loaded = load_model(ModelConfig(name=name, device="cpu"))
     if attn is not None:
         loaded.model.config._attn_implementation = attn
-    return ActionScorer(loaded.model, loaded.tokenizer, loaded.is_seq2seq, normalize_by_length=normalize)
+    trunk = None
+    if batching == "cached":
+        split = freeze_trunk(loaded.model, loaded.is_seq2seq, train_layers=1)[0]
+        trunk = FrozenTrunk(loaded.model, loaded.is_seq2seq, split, torch.float32)
+    return ActionScorer(loaded.model, loaded.tokenizer, loaded.is_seq2seq, normalize_by_length=normalize,
+                        batching="padded" if batching == "padded" else "bucketed", max_padding=0.1, trunk=trunk)
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
 @pytest.mark.parametrize("normalize", [False, True])
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_fast_scores_match_naive(name, normalize, attn):
-    scorer = _scorer(name, normalize, attn)
+@pytest.mark.parametrize("batching", BATCHING)
+def test_fast_scores_match_naive(name, normalize, attn, batching):
+    scorer = _scorer(name, normalize, attn, batching)
     with torch.inference_mode():
-        fast = scorer(PROMPTS, ACTIONS).log_likelihoods
-        naive = reference_log_likelihoods(scorer, PROMPTS, ACTIONS)
-    assert fast.shape == (len(PROMPTS), len(ACTIONS))
+        if scorer.trunk is not None:
+            with scorer.trunk.record():  # fills the cache; the second call reads it
+                torch.testing.assert_close(scorer(PROMPTS, ACTIONS).log_likelihoods,
+                                           reference_log_likelihoods(scorer, PROMPTS, ACTIONS), atol=1e-4, rtol=0)
+            assert len(scorer.trunk) == len(PROMPTS)
+        fast = scorer(PROMPTS[::-1] + PROMPTS[:1], ACTIONS).log_likelihoods
+        naive = reference_log_likelihoods(scorer, PROMPTS[::-1] + PROMPTS[:1], ACTIONS)
+    assert fast.shape == (len(PROMPTS) + 1, len(ACTIONS))
     torch.testing.assert_close(fast, naive, atol=1e-4, rtol=0)
     assert (fast < 0).all()
+
+
+def test_bucketing_bounds_padding_and_keeps_every_prompt_once():
+    scorer = _scorer("tiny-llama", batching="bucketed")
+    lengths = [50, 12, 48, 13, 100, 45, 12]
+    groups = scorer.batches(lengths)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    assert len(groups) == 3
+    for g in groups:
+        padded, real = max(lengths[i] for i in g) * len(g), sum(lengths[i] for i in g)
+        assert padded - real <= 0.1 * padded
+    scorer.batching = "padded"
+    assert scorer.batches(lengths) == [list(range(len(lengths)))]
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
@@ -71,8 +99,9 @@ def test_hidden_only_matches_scoring_pass(name):
         assert scorer(PROMPTS, None).log_likelihoods is None
 
 
-def test_scores_do_not_depend_on_batch_padding():
-    scorer = _scorer("tiny-llama")
+@pytest.mark.parametrize("batching", BATCHING)
+def test_scores_do_not_depend_on_batch_padding(batching):
+    scorer = _scorer("tiny-llama", batching=batching)
     with torch.no_grad():
         batched = scorer(PROMPTS, ACTIONS).log_likelihoods
         alone = torch.cat([scorer([p], ACTIONS).log_likelihoods for p in PROMPTS])

@@ -16,6 +16,7 @@ back to `ACModel.forward` as it hands prompts to the LLM policy.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +107,10 @@ class ACModel(nn.Module):
 
     def load_trainable_state_dict(self, state: dict[str, Tensor]) -> None:
         self.load_state_dict(state)
+
+    def collecting(self) -> contextlib.AbstractContextManager:
+        """Nothing to keep from a collection (the LLM policy's frozen-trunk cache has no counterpart here)."""
+        return contextlib.nullcontext()
 
 
 class SymbolicAgent:

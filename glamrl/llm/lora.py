@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -38,10 +39,15 @@ def target_modules(model: PreTrainedModel, config: ModelConfig) -> list[str]:
     return [t for t in DEFAULT_TARGETS[model_type] if t in leaves]
 
 
-def apply_lora(model: PreTrainedModel, config: ModelConfig) -> PeftModel:
-    """Inject LoRA adapters into `model` in place and freeze its own weights."""
+def apply_lora(model: PreTrainedModel, config: ModelConfig, blocks: list[int] | None = None) -> PeftModel:
+    """Inject LoRA adapters into `model` in place and freeze its own weights; `blocks` (with
+    `model.train_layers`) limits them to those decoder blocks (causal layers / seq2seq decoder blocks)."""
+    targets: list[str] | str = target_modules(model, config)
+    if blocks is not None:
+        where = r"decoder\.block" if model.config.is_encoder_decoder else r"layers"
+        targets = (rf".*{where}\.({'|'.join(map(str, blocks))})\..*\.({'|'.join(map(re.escape, targets))})")
     lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                      target_modules=target_modules(model, config))
+                      target_modules=targets)
     try:
         with warnings.catch_warnings():  # peft calls a transformers method deprecated in v5
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)

@@ -9,7 +9,9 @@ re-scores them with gradients during the PPO update.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +25,21 @@ from glamrl.llm.heads import ActionHeads, ValueHead
 from glamrl.llm.loading import load_model
 from glamrl.llm.lora import apply_lora, base_model
 from glamrl.llm.scorer import ActionScorer
+from glamrl.llm.trunk import FrozenTrunk, freeze_trunk
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def compute_dtype(config: ModelConfig, device: torch.device) -> torch.dtype:
+    """`model.compute_dtype`, or by default bfloat16 on CUDA and the storage dtype on CPU."""
+    dtype = _DTYPES[config.compute_dtype] if config.compute_dtype is not None else \
+        torch.bfloat16 if device.type == "cuda" else _DTYPES[config.dtype]
+    if dtype == torch.bfloat16 and device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        warnings.warn(f"this CPU ({torch.backends.cpu.get_cpu_capability()}) has no fast bf16 matmul kernels "
+                      f"(they need AVX-512 BF16 or AMX): bf16 runs hundreds of times slower than float32 here; "
+                      f"use model.compute_dtype=float32 model.dtype=float32", stacklevel=2)
+    return dtype
+
 
 class PolicyStateError(GlamrlError, ValueError):
     """A saved policy state does not match this policy's trainable parameters."""
@@ -44,9 +61,15 @@ class LLMPolicy(nn.Module):
         self.config = config
         self.action_names = tuple(action_names)
         self.device, self.dtype = loaded.device, loaded.dtype
-        self.llm = apply_lora(loaded.model, config) if config.lora else loaded.model
+        self.compute_dtype = compute_dtype(config, loaded.device)
+        trained_blocks = freeze_trunk(loaded.model, loaded.is_seq2seq, config.train_layers) \
+            if config.train_layers else None
+        self.llm = apply_lora(loaded.model, config, trained_blocks) if config.lora else loaded.model
+        self.trunk = FrozenTrunk(loaded.model, loaded.is_seq2seq, trained_blocks[0], _DTYPES[config.cache_dtype]) \
+            if trained_blocks else None
         self.scorer = ActionScorer(base_model(self.llm), loaded.tokenizer, loaded.is_seq2seq,
-                                   normalize_by_length=config.normalize_by_length)
+                                   normalize_by_length=config.normalize_by_length, batching=config.batching,
+                                   max_padding=config.max_padding, trunk=self.trunk)
         hidden_size = loaded.model.get_input_embeddings().embedding_dim
         self.value_head = ValueHead(hidden_size).to(self.device)
         self.action_heads = (ActionHeads(hidden_size, len(self.action_names)).to(self.device)
@@ -59,7 +82,7 @@ class LLMPolicy(nn.Module):
         names = self.action_names if action_names is None else tuple(action_names)
         if len(names) != len(self.action_names):
             raise ValueError(f"expected {len(self.action_names)} action names, got {len(names)}")
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+        with self._autocast():
             scores = self.scorer(prompts, None if self.action_heads is not None else names)
         hidden = scores.hidden.float()                                             # (B, H)
         logits = self.action_heads(hidden) if self.action_heads is not None else scores.log_likelihoods  # (B, A)
@@ -68,7 +91,7 @@ class LLMPolicy(nn.Module):
 
     def values(self, prompts: Sequence[str]) -> Tensor:
         """V(prompt) alone, (B,): encodes the prompts without scoring any action."""
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+        with self._autocast():
             hidden = self.scorer(prompts, None).hidden.float()                    # (B, H)
         return self.value_head(hidden)
 
@@ -86,6 +109,21 @@ class LLMPolicy(nn.Module):
         for prefix, module in (("value_head.", self.value_head), ("action_heads.", self.action_heads)):
             if module is not None:
                 module.load_state_dict({k[len(prefix):]: v for k, v in heads.items() if k.startswith(prefix)})
+
+    def _autocast(self) -> torch.autocast:
+        """The language model's numerics, the same for collection and update; the heads stay in float32."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.compute_dtype == torch.bfloat16)
+
+    @contextmanager
+    def collecting(self) -> Iterator[None]:
+        """Collection of a new rollout: with `train_layers`, keep the frozen trunk's output of every
+        prompt scored inside this block for the update that follows (the previous rollout's is dropped)."""
+        if self.trunk is None:
+            yield
+            return
+        self.trunk.clear()
+        with self.trunk.record():
+            yield
 
     # ------------------------------------------------------------------- checkpoints
     def trainable_state_dict(self) -> dict[str, Tensor]:

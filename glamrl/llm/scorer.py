@@ -13,15 +13,20 @@ prompt and the action is tokenized as the continuation ` turn left` of a short c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.modeling_outputs import BaseModelOutput
 
 from glamrl.errors import GlamrlError
+
+if TYPE_CHECKING:
+    from glamrl.llm.trunk import FrozenTrunk
 
 _CONTEXT = "Action:"  # actions are tokenized as the continuation of this text
 
@@ -49,14 +54,24 @@ class _PackedActions:
 
 
 class ActionScorer:
-    """log p(action text | prompt) for a batch of prompts and a list of candidate actions."""
+    """log p(action text | prompt) for a batch of prompts and a list of candidate actions.
+
+    `batching="bucketed"` sorts the prompts by length and splits them into batches that waste
+    at most `max_padding` of their tokens on padding; `"padded"` runs one batch padded to the
+    longest prompt. Both give the same scores. `trunk` (optional) runs the frozen lower blocks
+    once per prompt and keeps their output (see `glamrl.llm.trunk`).
+    """
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, is_seq2seq: bool,
-                 normalize_by_length: bool = False) -> None:
+                 normalize_by_length: bool = False, batching: str = "padded", max_padding: float = 0.1,
+                 trunk: FrozenTrunk | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.is_seq2seq = is_seq2seq
         self.normalize_by_length = normalize_by_length
+        self.batching = batching
+        self.max_padding = max_padding
+        self.trunk = trunk
         self._packed: dict[tuple[tuple[str, ...], torch.device], _PackedActions] = {}
 
     @property
@@ -66,20 +81,46 @@ class ActionScorer:
     def __call__(self, prompts: Sequence[str], actions: Sequence[str] | None) -> Scores:
         """Scores of `actions` after each of `prompts`; `actions=None` only encodes the prompts."""
         packed = self.pack_actions(actions) if actions is not None else None
-        if self.is_seq2seq:
-            logits, hidden = self._seq2seq_forward(prompts, packed)
-        else:
-            logits, hidden = self._causal_forward(prompts, packed)
-        if packed is None:
-            return Scores(log_likelihoods=None, hidden=hidden)
-        logits = logits.float()                                                   # (B, T, V)
+        token_ids = self.tokenizer([self.prompt_text(p) for p in prompts]).input_ids  # B lists of ids
+        extra = 0 if packed is None or self.is_seq2seq else packed.targets.numel()  # action tokens per row
+        groups = self.batches([len(ids) + extra for ids in token_ids])
+        cache_actions = None if actions is None or self.is_seq2seq else tuple(actions)
+        lls, hiddens = [], []
+        for rows in groups:
+            ids, mask = self._pad([token_ids[i] for i in rows])                   # (b, P)
+            keys = [(prompts[i], cache_actions) for i in rows]
+            forward = self._seq2seq_forward if self.is_seq2seq else self._causal_forward
+            logits, hidden = forward(ids, mask, packed, keys)
+            hiddens.append(hidden)
+            if packed is not None:
+                lls.append(self._log_likelihoods(logits, packed))
+        inverse = torch.tensor([i for rows in groups for i in rows], device=self.device).argsort()  # (B,)
+        ll = torch.cat(lls)[inverse] if packed is not None else None            # (B, A)
+        return Scores(log_likelihoods=ll, hidden=torch.cat(hiddens)[inverse])
+
+    def batches(self, lengths: Sequence[int]) -> list[list[int]]:
+        """Indices of the prompts run together, given each row's token count (prompt + packed actions)."""
+        if self.batching == "padded" or len(lengths) <= 1:
+            return [list(range(len(lengths)))]
+        groups: list[list[int]] = []
+        real = 0
+        for i in sorted(range(len(lengths)), key=lambda j: lengths[j]):
+            if groups and lengths[i] * (len(groups[-1]) + 1) <= (real + lengths[i]) / (1 - self.max_padding):
+                groups[-1].append(i)
+                real += lengths[i]
+            else:
+                groups.append([i])
+                real = lengths[i]
+        return groups
+
+    def _log_likelihoods(self, logits: Tensor, packed: _PackedActions) -> Tensor:
+        """(b, T, V) logits at the action tokens -> (b, A) summed (or mean) log-probs of each action."""
+        logits = logits.float()
         token_ll = logits.gather(-1, packed.targets.expand(logits.shape[0], -1).unsqueeze(-1)).squeeze(-1)
-        token_ll = token_ll - logits.logsumexp(-1)                                # (B, T) log-softmax at targets
+        token_ll = token_ll - logits.logsumexp(-1)                                # (b, T) log-softmax at targets
         n_actions = packed.lengths.numel()
-        ll = token_ll.new_zeros(token_ll.shape[0], n_actions).index_add(1, packed.owner, token_ll)  # (B, A)
-        if self.normalize_by_length:
-            ll = ll / packed.lengths
-        return Scores(log_likelihoods=ll, hidden=hidden)
+        ll = token_ll.new_zeros(token_ll.shape[0], n_actions).index_add(1, packed.owner, token_ll)  # (b, A)
+        return ll / packed.lengths if self.normalize_by_length else ll
 
     # ------------------------------------------------------------------ tokenisation
     def action_token_ids(self, action: str) -> list[int]:
@@ -120,15 +161,19 @@ class ActionScorer:
         )
         return _PackedActions(**{k: v.to(self.device) for k, v in vars(packed).items()})
 
-    def _tokenize_prompts(self, prompts: Sequence[str]) -> tuple[Tensor, Tensor]:
-        side = "right" if self.is_seq2seq else "left"  # causal: every prompt ends at the same column
-        batch = self.tokenizer([self.prompt_text(p) for p in prompts], padding=True, padding_side=side,
-                               return_tensors="pt")
-        return batch.input_ids.to(self.device), batch.attention_mask.to(self.device).bool()
+    def _pad(self, token_ids: list[list[int]]) -> tuple[Tensor, Tensor]:
+        """(b, P) ids and bool mask; causal prompts are left-padded so that every one ends at the same column."""
+        P, pad = max(len(t) for t in token_ids), self.tokenizer.pad_token_id
+        if self.is_seq2seq:
+            rows = [(t + [pad] * (P - len(t)), [1] * len(t) + [0] * (P - len(t))) for t in token_ids]
+        else:
+            rows = [([pad] * (P - len(t)) + t, [0] * (P - len(t)) + [1] * len(t)) for t in token_ids]
+        ids = torch.tensor([r[0] for r in rows], device=self.device)
+        return ids, torch.tensor([r[1] for r in rows], dtype=torch.bool, device=self.device)
 
     # ----------------------------------------------------------------------- forward
-    def _causal_forward(self, prompts: Sequence[str], packed: _PackedActions | None) -> tuple[Tensor | None, Tensor]:
-        prompt_ids, prompt_mask = self._tokenize_prompts(prompts)                 # (B, P)
+    def _causal_forward(self, prompt_ids: Tensor, prompt_mask: Tensor, packed: _PackedActions | None,
+                        keys: list[Hashable]) -> tuple[Tensor | None, Tensor]:
         B, P = prompt_ids.shape
         prompt_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)             # (B, P)
         causal = torch.ones(P, P, dtype=torch.bool, device=self.device).tril()
@@ -142,9 +187,13 @@ class ActionScorer:
             top = torch.cat([prompt_rows, prompt_rows.new_zeros(B, P, T)], 2)      # (B, P, P+T)
             bottom = torch.cat([prompt_mask[:, None, :].expand(B, T, P), packed.visible.expand(B, T, T)], 2)
             visible = torch.cat([top, bottom], 1)                                 # (B, P+T, P+T)
-        backbone = self.model.base_model
-        hidden = backbone(input_ids=ids, attention_mask=self._attention_mask(visible), position_ids=pos,
-                          use_cache=False).last_hidden_state                      # (B, P+T, H)
+        mask = self._attention_mask(visible)
+        if self.trunk is None:
+            hidden = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                           use_cache=False).last_hidden_state     # (B, P+T, H)
+        else:
+            lengths = ids.new_tensor([n + ids.shape[1] - P for n in prompt_mask.sum(-1).tolist()])  # (B,)
+            hidden = self.trunk.causal(ids, mask, pos, lengths, keys)             # (B, P+T, H)
         if packed is None:
             return None, hidden[:, P - 1]
         # the token before each target predicts it: the last prompt token for an action's first token
@@ -152,10 +201,13 @@ class ActionScorer:
         logits = self.model.get_output_embeddings()(hidden[:, source])           # (B, T, V)
         return logits, hidden[:, P - 1]
 
-    def _seq2seq_forward(self, prompts: Sequence[str], packed: _PackedActions | None) -> tuple[Tensor | None, Tensor]:
-        prompt_ids, prompt_mask = self._tokenize_prompts(prompts)                 # (B, P)
+    def _seq2seq_forward(self, prompt_ids: Tensor, prompt_mask: Tensor, packed: _PackedActions | None,
+                         keys: list[Hashable]) -> tuple[Tensor | None, Tensor]:
         B = prompt_ids.shape[0]
-        encoded = self.model.get_encoder()(input_ids=prompt_ids, attention_mask=prompt_mask.long())
+        if self.trunk is None:
+            encoded = self.model.get_encoder()(input_ids=prompt_ids, attention_mask=prompt_mask.long())
+        else:
+            encoded = BaseModelOutput(last_hidden_state=self.trunk.encoder(prompt_ids, prompt_mask, keys))
         if packed is None:
             start = self.model.config.decoder_start_token_id
             inputs = torch.full((B, 1), start, device=self.device)               # (B, 1)

@@ -21,6 +21,7 @@ class PPOLoss:
     entropy: torch.Tensor
     approx_kl: torch.Tensor     # estimate of KL(old || new), (ratio - 1) - log ratio
     clipfrac: torch.Tensor      # share of samples whose ratio was clipped
+    ratio_dev: torch.Tensor     # max |ratio - 1|: 0 up to rounding on the first minibatch of an update
 
 
 def ppo_loss(
@@ -50,7 +51,8 @@ def ppo_loss(
     with torch.no_grad():
         approx_kl = ((ratio - 1) - log_ratio).mean()
         clipfrac = ((ratio - 1).abs() > cfg.clip_eps).float().mean()
-    return PPOLoss(loss, policy_loss, value_loss, entropy, approx_kl, clipfrac)
+        ratio_dev = (ratio - 1).abs().max()
+    return PPOLoss(loss, policy_loss, value_loss, entropy, approx_kl, clipfrac, ratio_dev)
 
 
 def accumulate_gradients(

@@ -1,0 +1,148 @@
+"""GLAM's own configuration, a few PPO updates: frames/s, peak RSS and achieved FLOP/s.
+
+    python benchmarks/glam_config.py            # 3 updates per variant (steady state: updates 2..3)
+    python benchmarks/glam_config.py --quick    # 2 updates per variant (the second one is reported)
+
+GLAM's configuration: SmolLM2-135M (`smollm2-135m`), BabyAI-MixedTrainLocal-v0, 2 envs x 8
+frames per update, 4 epochs, minibatch 4, 3 observations (configs/glam_paper.yaml with
+overrides). Variants: fp32 and bf16 compute (`model.compute_dtype`, fp32 weights), each with
+full fine-tuning and with `model.train_layers=4`. Every variant runs `glamrl.train.train` in
+its own subprocess, so that its peak RSS is its own. GLAM's original code (lamorel), same model,
+config and machine kind: 0.041 frames/s, 10.4 GB.
+
+FLOP count per frame (one decision). Notation: P prompt tokens, T action tokens packed after it
+(all candidates together, T ~ 10 for the 6 actions with SmolLM2's tokenizer), d hidden size,
+L blocks, N non-embedding parameters of the blocks (N_K those of the top K), V vocabulary,
+E epochs; the value head's 2 (1024 d + 1024^2) is negligible and left out.
+
+  Causal (decoder-only) forward, F(P, T; L, N) = 2 N (P + T)           linear layers
+                                               + 4 L d (P + T)^2       attention scores and values
+                                                                        (dense 4D mask: every pair)
+                                               + 2 d V T               LM head at action tokens only
+  collection     = F(P, T; L, N)                           (+ the bootstrap value pass, once per env)
+  update (full)  = 3 E F(P, T; L, N)                       (backward ~ 2x forward)
+  update (top K) = 3 E F(P, T; K, N_K)                     (the lower blocks are read from the cache)
+
+  Seq2seq forward, encoder (L_e blocks, N_e params), decoder (L_d, N_d), prompt P in the encoder,
+  T packed action tokens in the decoder, C = the decoder's cross-attention K/V parameters:
+      F = 2 N_e P + 4 L_e d P^2                               encoder
+        + 2 (N_d - C) T + 2 C P + 4 L_d d (T^2 + T P)         decoder, self- and cross-attention
+        + 2 d V T                                              LM head
+  update (full) = 3 E F; with train_layers the encoder is cached: 3 E (F - 2 N_e P - 4 L_e d P^2).
+
+Achieved FLOP/s = FLOPs per frame x frames/s (useful FLOPs: real tokens only, padding not counted),
+shown as a fraction of a 2048^2 matmul's FLOP/s measured in the same process in the same dtype.
+The machine may be shared: figures taken while other processes ran are lower bounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+GLAM = ["env.num_envs=2", "ppo.num_steps=8", "ppo.epochs=4", "ppo.minibatch_size=4", "prompt.nbr_obs=3",
+        "run.eval_episodes=0", "run.tensorboard=false", "model.device=cpu"]
+VARIANTS = {
+    "fp32 full": ["model.compute_dtype=float32"],
+    "bf16 full": ["model.compute_dtype=bfloat16"],
+    "fp32 train_layers=4": ["model.compute_dtype=float32", "model.train_layers=4"],
+    "bf16 train_layers=4": ["model.compute_dtype=bfloat16", "model.train_layers=4"],
+}
+
+
+def matmul_flops(dtype: torch.dtype, n: int = 2048, repeats: int = 3) -> float:
+    """FLOP/s of an n x n matmul in `dtype` (best of `repeats`)."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    best = min(_timed(lambda: a @ b) for _ in range(repeats))
+    return 2 * n ** 3 / best
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def causal_flops(config, P: float, T: int, layers: int) -> float:
+    """F(P, T; layers, N_layers) of the docstring for a Llama-like config."""
+    d, ff, V = config.hidden_size, config.intermediate_size, config.vocab_size
+    kv = config.num_key_value_heads * (d // config.num_attention_heads)
+    per_block = 2 * d * d + 2 * d * kv + 3 * d * ff   # q, o + k, v + gate, up, down
+    S = P + T
+    return 2 * per_block * layers * S + 4 * layers * d * S ** 2 + 2 * d * V * T
+
+
+def run_variant(name: str, updates: int, model: str) -> dict:
+    """Child process: train `updates` updates of the variant, report its figures as a dict."""
+    from glamrl.config import load_train_config
+    from glamrl.llm.loading import load_model
+    from glamrl.runlog import read_log
+    from glamrl.train import train
+    from benchmarks.train_speed import real_prompts
+    from glamrl.envs.actions import ACTION_NAMES
+    from glamrl.llm.scorer import ActionScorer
+
+    overrides = [f"model.name={model}", *GLAM, *VARIANTS[name], f"ppo.total_frames={16 * updates}"]
+    cfg = load_train_config(ROOT / "configs" / "glam_paper.yaml", overrides)
+    peak = matmul_flops(torch.bfloat16 if "bf16" in name else torch.float32)
+    with tempfile.TemporaryDirectory() as tmp:
+        train(cfg, Path(tmp) / "run", progress=False, say=lambda _: None)
+        rows = read_log(Path(tmp) / "run")
+        rows = rows[1:] or rows  # update 1 warms up (kept when it is the only one)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    loaded = load_model(cfg.model)
+    scorer = ActionScorer(loaded.model, loaded.tokenizer, loaded.is_seq2seq)
+    P = float(np.mean([len(scorer.tokenizer(scorer.prompt_text(p)).input_ids) for p in real_prompts(64)]))
+    T = sum(len(scorer.action_token_ids(a)) for a in ACTION_NAMES)
+    L, K = loaded.model.config.num_hidden_layers, cfg.model.train_layers or loaded.model.config.num_hidden_layers
+    collect_flops = causal_flops(loaded.model.config, P, T, L)
+    update_flops = 3 * cfg.ppo.epochs * causal_flops(loaded.model.config, P, T, K)
+    mean = {k: float(np.mean([float(r[k]) for r in rows])) for k in ("collect_FPS", "update_FPS", "FPS")}
+    achieved = (collect_flops + update_flops) * mean["FPS"]
+    return {"variant": name, **mean, "rss_gb": rss / 1e9, "prompt_tokens": P, "action_tokens": T,
+            "gflop_per_frame": (collect_flops + update_flops) / 1e9, "achieved_gflops": achieved / 1e9,
+            "matmul_gflops": peak / 1e9, "fraction": achieved / peak}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="2 updates per variant instead of 3")
+    parser.add_argument("--updates", type=int, default=None, help="updates per variant (1: the first one is reported)")
+    parser.add_argument("--model", default="smollm2-135m", help="tiny-llama for a smoke test")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    updates = args.updates or (2 if args.quick else 3)
+    if args.child:
+        print(json.dumps(run_variant(args.child, updates, args.model)))
+        return
+    print(f"GLAM config, {args.model}, {updates} updates of 16 frames per variant, {torch.get_num_threads()} threads; "
+          f"steady state = updates 2..{updates}")
+    print(f"{'variant':<22}{'collect f/s':>12}{'update f/s':>11}{'overall f/s':>12}{'peak RSS':>10}"
+          f"{'GFLOP/frame':>12}{'GFLOP/s':>9}{'matmul':>8}{'fraction':>9}")
+    for name in args.variants:
+        done = subprocess.run([sys.executable, __file__, "--child", name, "--updates", str(updates),
+                               "--model", args.model], capture_output=True, text=True, cwd=ROOT)
+        if done.returncode != 0:
+            print(f"{name}: failed\n{done.stderr[-2000:]}")
+            continue
+        r = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"{name:<22}{r['collect_FPS']:>12.3f}{r['update_FPS']:>11.3f}{r['FPS']:>12.3f}{r['rss_gb']:>8.2f}GB"
+              f"{r['gflop_per_frame']:>12.0f}{r['achieved_gflops']:>9.1f}{r['matmul_gflops']:>8.0f}{r['fraction']:>9.2f}",
+              flush=True)
+    print("GLAM's original code (lamorel), same model/config/machine kind: 0.041 frames/s, 10.4 GB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Frozen-trunk training: only the top K blocks train, the frozen lower blocks run once per frame.
+
+With `model.train_layers=K` the embeddings and the lower blocks of a causal LM (the encoder
+of a seq2seq LM) are frozen. Their output for a prompt (and, causal, the packed action
+tokens after it) does not change during training, so it is computed once, when the frame
+is collected, kept in `FrozenTrunk`'s cache, and every PPO epoch runs only the top blocks
+on it. The cache is keyed by the prompt text (and the candidate actions), so a miss (a
+resumed run, an evaluation) just recomputes the entry: nothing is ever stale.
+
+Collection and update both read the lower blocks' output back from the cache dtype, so
+they see the same numbers and PPO's ratio is 1 before the first optimiser step.
+
+Causal models must be Llama-like (`model.layers`, `model.norm`, `model.rotary_emb`:
+Llama, Mistral, Qwen2/3, SmolLM); seq2seq models T5-like (`encoder`, `decoder.block`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+from transformers import PreTrainedModel
+
+from glamrl.errors import GlamrlError
+
+
+class TrunkError(GlamrlError, ValueError):
+    """`model.train_layers` cannot be applied to this model."""
+
+
+def decoder_blocks(model: PreTrainedModel, is_seq2seq: bool) -> nn.ModuleList:
+    """The blocks whose top K train: the causal LM's layers, or the seq2seq decoder's blocks."""
+    blocks = model.get_decoder().block if is_seq2seq else getattr(model.base_model, "layers", None)
+    if not isinstance(blocks, nn.ModuleList) or (not is_seq2seq and not hasattr(model.base_model, "rotary_emb")):
+        raise TrunkError(f"model.train_layers supports Llama-like causal LMs and T5-like seq2seq LMs, "
+                         f"not model type {model.config.model_type!r}; set model.train_layers=null")
+    return blocks
+
+
+def freeze_trunk(model: PreTrainedModel, is_seq2seq: bool, train_layers: int) -> list[int]:
+    """Freeze every weight of `model` except the top `train_layers` blocks, the final norm and an untied
+    LM head; returns the indices of the trained blocks."""
+    blocks = decoder_blocks(model, is_seq2seq)
+    if not 1 <= train_layers <= len(blocks):
+        raise TrunkError(f"model.train_layers={train_layers} but the model has {len(blocks)} "
+                         f"{'decoder ' if is_seq2seq else ''}blocks; use 1..{len(blocks)} or null")
+    trained = list(range(len(blocks) - train_layers, len(blocks)))
+    model.requires_grad_(False)
+    for i in trained:
+        blocks[i].requires_grad_(True)
+    final_norm = model.get_decoder().final_layer_norm if is_seq2seq else model.base_model.norm
+    final_norm.requires_grad_(True)
+    head = model.get_output_embeddings()
+    if head.weight is not model.get_input_embeddings().weight:  # a tied head would move the frozen embeddings
+        head.requires_grad_(True)
+    return trained
+
+
+class FrozenTrunk:
+    """Runs a model whose lower part is frozen, caching that part's output per prompt.
+
+    Causal: the hidden states entering block `split` for every prompt and action token.
+    Seq2seq: the encoder's output for every prompt token (`split` is unused: the decoder runs whole).
+    """
+
+    def __init__(self, model: PreTrainedModel, is_seq2seq: bool, split: int, cache_dtype: torch.dtype) -> None:
+        self.model = model
+        self.is_seq2seq = is_seq2seq
+        self.split = split
+        self.cache_dtype = cache_dtype
+        self.recording = False
+        self._cache: dict[Hashable, Tensor] = {}  # key -> (L, H): one prompt's rows, padding removed
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    @contextmanager
+    def record(self) -> Iterator[None]:
+        """Keep the lower blocks' output of every prompt run inside this block (collection)."""
+        self.recording = True
+        try:
+            yield
+        finally:
+            self.recording = False
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+    # ----------------------------------------------------------------------- causal
+    def causal(self, ids: Tensor, mask: Tensor, pos: Tensor, lengths: Tensor, keys: list[Hashable]) -> Tensor:
+        """Last hidden state (after the final norm) of left-padded rows `ids` (B, S): the lower blocks'
+        output comes from the cache where present; `lengths` (B,) counts each row's real tokens."""
+        backbone = self.model.base_model
+        layers = backbone.layers
+
+        def lower() -> Tensor:
+            hidden = backbone.embed_tokens(ids)                                   # (B, S, H)
+            rope = backbone.rotary_emb(hidden, position_ids=pos)
+            for layer in layers[:self.split]:
+                hidden = layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=pos)
+            return hidden
+
+        hidden = self._cached(lower, ids.shape[1], lengths, keys, left_padded=True)  # (B, S, H)
+        rope = backbone.rotary_emb(hidden, position_ids=pos)
+        for layer in layers[self.split:]:
+            hidden = layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=pos)
+        return backbone.norm(hidden)
+
+    # ---------------------------------------------------------------------- seq2seq
+    def encoder(self, ids: Tensor, mask: Tensor, keys: list[Hashable]) -> Tensor:
+        """The frozen encoder's output (B, P, H) for right-padded prompts `ids`, from the cache where present."""
+        def run() -> Tensor:
+            return self.model.get_encoder()(input_ids=ids, attention_mask=mask.long()).last_hidden_state
+        return self._cached(run, ids.shape[1], mask.sum(-1), keys, left_padded=False)
+
+    # ------------------------------------------------------------------------ cache
+    def _cached(self, compute: Callable[[], Tensor], width: int, lengths: Tensor, keys: list[Hashable],
+                left_padded: bool) -> Tensor:
+        """(B, width, H) frozen output, padding rows zero, every real row read back through the cache dtype."""
+        rows: list[Tensor | None] = [self._cache.get(k) for k in keys]
+        if any(r is None for r in rows):
+            with torch.no_grad():
+                full = compute().to(self.cache_dtype)                            # (B, S, H)
+            for b, (key, n) in enumerate(zip(keys, lengths.tolist())):
+                if rows[b] is None:
+                    rows[b] = full[b, width - n:] if left_padded else full[b, :n]  # (n, H)
+                    if self.recording:
+                        self._cache[key] = rows[b].clone()
+        dtype = self.model.get_input_embeddings().weight.dtype
+        out = torch.zeros(len(rows), width, rows[0].shape[-1], dtype=dtype, device=rows[0].device)
+        for b, r in enumerate(rows):
+            if left_padded:
+                out[b, width - r.shape[0]:] = r
+            else:
+                out[b, :r.shape[0]] = r
+        return out
