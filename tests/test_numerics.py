@@ -9,7 +9,8 @@ from glamrl.rl.buffer import RolloutBuffer
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients
 from glamrl.rollout import step
-from glamrl.train import make_agent, seed_everything
+from glamrl.agents.factory import make_agent
+from glamrl.train import seed_everything
 from glamrl.llm.policy import LLMPolicy
 
 TOLERANCE = {"float32": 1e-5, "bfloat16": 1e-3}
@@ -31,7 +32,7 @@ def first_minibatch_ratio_dev(overrides: list[str]) -> float:
     seed_everything(cfg.env.seed)
     policy = LLMPolicy(cfg.model, cfg.prompt.actions)
     envs = cfg.env.make_vector_env()
-    agent = make_agent(cfg, policy)
+    agent = make_agent(cfg, policy, envs)
     buffer = RolloutBuffer(cfg.ppo.num_steps, cfg.env.num_envs)
     obs, _ = envs.reset(seed=cfg.env.seed)
     with policy.collecting():
