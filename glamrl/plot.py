@@ -96,6 +96,11 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
         ax.set(xlabel=x, ylabel=metric, title=metric)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize="small")
+    return save_figure(fig, out)
+
+
+def save_figure(fig: plt.Figure, out: str | os.PathLike) -> Path:
+    """Lay `fig` out, write it to the PNG `out` (its folder created) and close it."""
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -16,12 +16,7 @@ from glamrl.llm.policy import LLMPolicy
 TOLERANCE = {"float32": 1e-5, "bfloat16": 1e-3}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def first_minibatch_ratio_dev(overrides: list[str]) -> float:

@@ -130,6 +130,8 @@ def plot_probes(run_dir: Path, out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from glamrl.plot import save_figure
+
     curves = read_probes(run_dir)
     cols = min(3, len(curves))
     rows = -(-len(curves) // cols)
@@ -143,9 +145,4 @@ def plot_probes(run_dir: Path, out: Path) -> Path:
         ax.axis("off")
     axes[0][0].set_ylabel("pi(action | probe)")
     axes[0][0].legend(fontsize="small")
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)
