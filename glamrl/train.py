@@ -116,15 +116,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     Under torchrun (see `glamrl.distributed`) every rank calls this; rank 0 alone touches RUN_DIR.
     """
     ranks = distributed.current()
-    return _train(cfg, run_dir, resume, progress and ranks.is_main, say if ranks.is_main else _quiet, ranks)
-
-
-def _quiet(_: str) -> None:
-    """What ranks other than 0 say: nothing."""
-
-
-def _train(cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool, say: Callable[[str], None],
-           ranks: distributed.Ranks) -> TrainResult:
+    if not ranks.is_main:  # rank 0 alone speaks
+        progress, say = False, lambda _: None
     if cfg.agent.kind not in PPO_KINDS:
         raise AgentKindError(f"PPO trains agent kinds {', '.join(PPO_KINDS)}, not {cfg.agent.kind!r}")
     state = open_run(cfg, run_dir, resume, "ppo")
