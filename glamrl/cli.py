@@ -55,20 +55,26 @@ def add_episode_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--language", choices=("en", "fr"), default="en")
 
 
+def add_agent_args(parser: argparse.ArgumentParser) -> None:
+    """The agent to run, fresh (`--agent`, `--model`) or trained (`--run`): shared by eval, play and demos."""
+    parser.add_argument("--agent", choices=AGENT_KINDS, default=None,
+                        help="agent kind (with --run: checked against the run's; default: the run's)")
+    parser.add_argument("--model", default="smollm2-135m",
+                        help="llm agent: model name or path (a `glamrl export` dir too)")
+    parser.add_argument("--run", type=Path, default=None, help="the trained agent of this run dir (any kind)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="glamrl", description=__doc__, epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     ev = sub.add_parser("eval", help="evaluate an agent: success rate, return, length, per task")
-    ev.add_argument("--agent", choices=AGENT_KINDS, default=None,
-                    help="agent kind (with --run: checked against the run's; default: the run's)")
+    add_agent_args(ev)
     add_episode_args(ev)
-    ev.add_argument("--model", default="smollm2-135m", help="llm agent: model name or path (a `glamrl export` dir too)")
-    ev.add_argument("--run", type=Path, default=None, help="evaluate the trained agent of this run dir (any kind)")
-    ev.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    ev.add_argument("--device", default="auto")
-    ev.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
     ev.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     ev.add_argument("--suite", default=None,
                     help="run a generalisation suite (paper, french, all); its tests set env and language")
@@ -82,10 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. ppo.lr=1e-5 env.num_envs=8")
 
     de = sub.add_parser("demos", help="record an agent's episodes as (prompt, action) JSONL records")
-    de.add_argument("--agent", choices=("bot", "random"), default=None, help="default: bot (without --run)")
-    de.add_argument("--run", type=Path, default=None, help="record the trained agent of this run dir")
+    add_agent_args(de)  # default: the bot
     add_episode_args(de)
-    de.add_argument("--greedy", action="store_true", help="--run: the trained agent's argmax actions")
     de.add_argument("--nbr-obs", type=positive_int, default=3, help="observations kept in each recorded prompt")
     de.add_argument("--out", type=Path, required=True, help="JSONL file, one record per step")
 
@@ -108,16 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
 
     pp = sub.add_parser("play", help="one episode as a GIF (or a PNG sheet): picture, text, action probabilities")
-    pp.add_argument("--agent", choices=("bot", "random", "llm"), required=True)
+    add_agent_args(pp)
     pp.add_argument("--env", default=None, help="BabyAI-Text level id (default: the test's, else MixedTrainLocal)")
     pp.add_argument("--test", default=None, help="play under a suite test, e.g. french or invented_words")
-    pp.add_argument("--seed", type=int, default=1)
+    pp.add_argument("--seed", type=non_negative_int, default=1)
     pp.add_argument("--language", choices=("en", "fr"), default="en")
-    pp.add_argument("--model", default="smollm2-135m", help="llm agent: model name or path")
-    pp.add_argument("--run", type=Path, default=None, help="llm agent: the trained policy of this run dir")
-    pp.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    pp.add_argument("--device", default="auto")
-    pp.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
     pp.add_argument("--format", choices=("gif", "png-sheet"), default="gif")
     pp.add_argument("--max-frames", type=positive_int, default=200)
     pp.add_argument("--out", type=Path, default=Path("episode.gif"))
