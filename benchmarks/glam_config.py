@@ -50,11 +50,13 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmarks.train_speed, when run as a script
 GLAM = ["env.num_envs=2", "ppo.num_steps=8", "ppo.epochs=4", "ppo.minibatch_size=4", "prompt.nbr_obs=3",
         "run.eval_episodes=0", "run.tensorboard=false", "model.device=cpu"]
 VARIANTS = {
     "fp32 full": ["model.compute_dtype=float32"],
     "bf16 full": ["model.compute_dtype=bfloat16"],
+    "fp32 full grad_accum=4": ["model.compute_dtype=float32", "ppo.grad_accum=4"],
     "fp32 train_layers=4": ["model.compute_dtype=float32", "model.train_layers=4"],
     "bf16 train_layers=4": ["model.compute_dtype=bfloat16", "model.train_layers=4"],
 }

@@ -101,6 +101,9 @@ class ModelConfig:
     its output cached; the decoder's top K blocks train (its lower blocks stay frozen but are recomputed)."""
     cache_dtype: str = "bfloat16"
     """with train_layers: dtype the cached activations are kept in (float32 or bfloat16)."""
+    trunk_cache_mb: int = 1024
+    """with train_layers: MiB of cached activations kept from earlier rollouts for prompts seen again
+    (least recently used first out); the current rollout's are always kept. 0: one rollout only."""
     device: str = "auto"
     """cpu, cuda, cuda:N or auto (cuda when available)."""
     pretrained: bool = True
@@ -133,6 +136,7 @@ class ModelConfig:
         _check(self.batching in ("padded", "bucketed"),
                f"model.batching must be padded or bucketed, got {self.batching!r}")
         _check(0 <= self.max_padding < 1, f"model.max_padding must be in [0, 1), got {self.max_padding}")
+        _check(self.trunk_cache_mb >= 0, f"model.trunk_cache_mb must be >= 0, got {self.trunk_cache_mb}")
         _check(self.train_layers is None or self.train_layers >= 0,
                f"model.train_layers must be >= 0 or null, got {self.train_layers}")
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),

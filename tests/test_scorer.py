@@ -130,3 +130,21 @@ def test_bpe_boundary_moves_the_space_onto_the_action():
         assert ours == joined
         assert tokenizer.convert_ids_to_tokens(scorer.action_token_ids(action))[0].startswith("Ġ")
     assert naive_split != joined  # the trap the scorer avoids: "Ġ" + "turn" instead of "Ġturn"
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
+def test_a_repeated_prompt_runs_once_and_its_gradients_add_up(name):
+    scorer = _scorer(name, batching="bucketed")
+    weights = torch.arange(1.0, 1.0 + len(ACTIONS))                          # (A,) any loss of the scores
+
+    def grads(*calls: list[str]) -> dict[str, torch.Tensor]:
+        scorer.model.zero_grad(set_to_none=True)
+        sum((scorer(prompts, ACTIONS).log_likelihoods * weights).sum() for prompts in calls).backward()
+        return {n: p.grad.clone() for n, p in scorer.model.named_parameters() if p.grad is not None}
+
+    repeated = [PROMPTS[1], PROMPTS[0], PROMPTS[1], PROMPTS[1]]
+    once = grads(repeated)                               # one forward of PROMPTS[1], gathered three times
+    apart = grads([PROMPTS[1]], [PROMPTS[0]], [PROMPTS[1]], [PROMPTS[1]])  # four separate forwards
+    assert once.keys() == apart.keys() and len(once) > 0
+    for key, grad in apart.items():
+        torch.testing.assert_close(once[key], grad, atol=1e-5, rtol=1e-4, msg=key)

@@ -96,3 +96,38 @@ def test_a_reloaded_policy_rebuilds_the_same_cache(name, tmp_path):
         torch.testing.assert_close(resumed.trunk._cache[key], policy.trunk._cache[key], atol=0, rtol=0)
     with torch.inference_mode():
         assert not torch.allclose(trained, _policy(name)(PROMPTS).log_probs)  # the step changed the top
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
+def test_a_batch_of_hits_and_misses_runs_the_trunk_on_the_misses_only(name):
+    policy = _policy(name)
+    with torch.inference_mode():
+        expected = policy(PROMPTS).log_probs
+        with policy.collecting():
+            policy(PROMPTS[:2])
+        before = policy.trunk.misses
+        mixed = policy(PROMPTS[::-1]).log_probs  # PROMPTS[2] misses, the other two hit
+    assert policy.trunk.misses == before + 1
+    torch.testing.assert_close(mixed, expected.flip(0), atol=1e-6, rtol=0)
+
+
+def test_entries_outlive_their_rollout_within_the_budget_least_recently_used_out():
+    policy = _policy("tiny-llama", trunk_cache_mb=1)
+    trunk = policy.trunk
+    with torch.inference_mode():
+        for prompt in PROMPTS:  # three rollouts, one prompt each
+            with policy.collecting():
+                policy([prompt])
+        assert len(trunk) == 3 and trunk.nbytes < 2**20
+        with policy.collecting():  # all three seen before: no trunk pass
+            misses = trunk.misses
+            policy(PROMPTS)
+            assert trunk.misses == misses
+        policy([PROMPTS[2]])  # use order now: PROMPTS[1], PROMPTS[2], PROMPTS[0]
+        policy([PROMPTS[0]])
+        trunk.budget_bytes = trunk.nbytes - 1
+        trunk.shrink()
+        assert len(trunk) == 2 and PROMPTS[1] not in {key[0] for key in trunk._cache}
+        trunk.budget_bytes = 0  # model.trunk_cache_mb=0: the next rollout starts empty
+        with policy.collecting():
+            assert len(trunk) == 0

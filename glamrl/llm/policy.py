@@ -65,8 +65,8 @@ class LLMPolicy(nn.Module):
         trained_blocks = freeze_trunk(loaded.model, loaded.is_seq2seq, config.train_layers) \
             if config.train_layers else None
         self.llm = apply_lora(loaded.model, config, trained_blocks) if config.lora else loaded.model
-        self.trunk = FrozenTrunk(loaded.model, loaded.is_seq2seq, trained_blocks[0], _DTYPES[config.cache_dtype]) \
-            if trained_blocks else None
+        self.trunk = FrozenTrunk(loaded.model, loaded.is_seq2seq, trained_blocks[0], _DTYPES[config.cache_dtype],
+                                 budget_bytes=config.trunk_cache_mb * 2**20) if trained_blocks else None
         self.scorer = ActionScorer(base_model(self.llm), loaded.tokenizer, loaded.is_seq2seq,
                                    normalize_by_length=config.normalize_by_length, batching=config.batching,
                                    max_padding=config.max_padding, trunk=self.trunk)
@@ -117,11 +117,12 @@ class LLMPolicy(nn.Module):
     @contextmanager
     def collecting(self) -> Iterator[None]:
         """Collection of a new rollout: with `train_layers`, keep the frozen trunk's output of every
-        prompt scored inside this block for the update that follows (the previous rollout's is dropped)."""
+        prompt scored inside this block for the update that follows (older rollouts' entries stay within
+        `model.trunk_cache_mb`, least recently used first out)."""
         if self.trunk is None:
             yield
             return
-        self.trunk.clear()
+        self.trunk.shrink()  # older rollouts' entries, within model.trunk_cache_mb
         with self.trunk.record():
             yield
 

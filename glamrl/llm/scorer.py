@@ -79,7 +79,16 @@ class ActionScorer:
         return self.model.get_input_embeddings().weight.device
 
     def __call__(self, prompts: Sequence[str], actions: Sequence[str] | None) -> Scores:
-        """Scores of `actions` after each of `prompts`; `actions=None` only encodes the prompts."""
+        """Scores of `actions` after each of `prompts`; `actions=None` only encodes the prompts.
+        A prompt given several times runs once (its rows are copies: gradients add up)."""
+        first = {p: i for i, p in reversed(list(enumerate(prompts)))}              # prompt -> first row
+        if len(first) < len(prompts):
+            unique = list(first)
+            scores = self(unique, actions)
+            rank = {p: j for j, p in enumerate(unique)}
+            rows = torch.tensor([rank[p] for p in prompts], device=self.device)   # (B,) row of each prompt
+            ll = scores.log_likelihoods
+            return Scores(log_likelihoods=None if ll is None else ll[rows], hidden=scores.hidden[rows])
         packed = self.pack_actions(actions) if actions is not None else None
         token_ids = self.tokenizer([self.prompt_text(p) for p in prompts]).input_ids  # B lists of ids
         extra = 0 if packed is None or self.is_seq2seq else packed.targets.numel()  # action tokens per row
