@@ -2,12 +2,14 @@
 
 import pytest
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from glamrl.config import ModelConfig
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.llm import ActionScorer, load_model, reference_log_likelihoods
+from glamrl.llm.scorer import attention_kernels
 from glamrl.llm.trunk import FrozenTrunk, freeze_trunk
 
 PROMPTS = [
@@ -130,3 +132,22 @@ def test_bpe_boundary_moves_the_space_onto_the_action():
         assert ours == joined
         assert tokenizer.convert_ids_to_tokens(scorer.action_token_ids(action))[0].startswith("Ġ")
     assert naive_split != joined  # the trap the scorer avoids: "Ġ" + "turn" instead of "Ġturn"
+
+
+@pytest.mark.parametrize("name,calls", [("tiny-llama", 2), ("tiny-t5", 6)])  # layers; T5: encoder + self/cross
+def test_attention_kernels_report_the_dispatchers_choice(name, calls, one_thread):
+    scorer = _scorer(name)
+    with torch.inference_mode(), attention_kernels() as kernels:
+        expected = scorer(PROMPTS, ACTIONS).log_likelihoods
+    assert len(kernels) == calls and "ERROR" not in kernels
+    with torch.inference_mode(), sdpa_kernel(SDPBackend.MATH), attention_kernels() as forced:
+        scores = scorer(PROMPTS, ACTIONS).log_likelihoods
+    assert forced == ["MATH"] * calls
+    torch.testing.assert_close(scores, expected, atol=1e-5, rtol=1e-5)  # recording changes no result
+
+
+def test_attention_kernels_record_nothing_without_sdpa(one_thread):
+    scorer = _scorer("tiny-llama", attn="eager")
+    with torch.inference_mode(), attention_kernels() as kernels:
+        scorer(PROMPTS, ACTIONS)
+    assert kernels == []

@@ -91,7 +91,7 @@ class FrozenTrunk:
     # ----------------------------------------------------------------------- causal
     def causal(self, ids: Tensor, mask: Tensor, pos: Tensor, lengths: Tensor, keys: list[Hashable]) -> Tensor:
         """Last hidden state (after the final norm) of left-padded rows `ids` (B, S): the lower blocks'
-        output comes from the cache where present; `lengths` (B,) counts each row's real tokens."""
+        output comes from the cache where present; `lengths` (B,), on the host, counts each row's real tokens."""
         backbone = self.model.base_model
         layers = backbone.layers
 
@@ -109,11 +109,12 @@ class FrozenTrunk:
         return backbone.norm(hidden)
 
     # ---------------------------------------------------------------------- seq2seq
-    def encoder(self, ids: Tensor, mask: Tensor, keys: list[Hashable]) -> Tensor:
-        """The frozen encoder's output (B, P, H) for right-padded prompts `ids`, from the cache where present."""
+    def encoder(self, ids: Tensor, mask: Tensor, lengths: Tensor, keys: list[Hashable]) -> Tensor:
+        """The frozen encoder's output (B, P, H) for right-padded prompts `ids`, from the cache where present;
+        `lengths` (B,), on the host, counts each prompt's tokens."""
         def run() -> Tensor:
             return self.model.get_encoder()(input_ids=ids, attention_mask=mask.long()).last_hidden_state
-        return self._cached(run, ids.shape[1], mask.sum(-1), keys, left_padded=False)
+        return self._cached(run, ids.shape[1], lengths, keys, left_padded=False)
 
     # ------------------------------------------------------------------------ cache
     def _cached(self, compute: Callable[[], Tensor], width: int, lengths: Tensor, keys: list[Hashable],
