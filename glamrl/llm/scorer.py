@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 _CONTEXT = "Action:"  # actions are tokenized as the continuation of this text
 MASKED_KERNELS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-"""SDPA kernels the scorer allows on CUDA: its 4D masks rule out flash attention, and cuDNN's masked path
-is young; memory-efficient attention takes an arbitrary mask, math is the fallback."""
+"""SDPA kernels the scorer allows on CUDA: flash attention takes no arbitrary mask, memory-efficient attention
+does (the scorer's 4D masks, T5's position bias); math is the fallback. Unmeasured on a GPU so far."""
 
 
 class ScoringError(GlamrlError, ValueError):
