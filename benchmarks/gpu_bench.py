@@ -225,10 +225,13 @@ def torchrun_row(overrides: list[str], run_dir: Path, timeout_s: float) -> tuple
 
 
 def _reason(output: str) -> str:
-    """The most telling line of a failed run's output: the last error line, else the last line."""
+    """The most telling lines of a failed run's output: its last two distinct error lines (not the
+    launcher's own ChildFailedError), else its last line."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line for line in lines if "error" in line.lower() or "refus" in line.lower()]
-    return (errors or lines or ["no output"])[-1][:300]
+    errors = [line for line in lines if ("error" in line.lower() or "refus" in line.lower())
+              and "ChildFailedError" not in line and "elastic" not in line]
+    telling = list(dict.fromkeys(errors))[-2:] or lines[-1:] or ["no output"]
+    return " | ".join(line[:200] for line in telling)
 
 
 # ----------------------------------------------------------------------- the run
@@ -264,25 +267,28 @@ def main() -> None:
 
     for model in args.models:
         model_dir = work / "models" / model
-        report["models"][model] = build_model_dir(model, device, plan.shrink, model_dir)
+        built = _attempt(lambda: build_model_dir(model, device, plan.shrink, model_dir))
+        report["models"][model] = built if isinstance(built, int) else None
         _free()
-        say(f"{model}: {report['models'][model] / 1e6:.1f}M parameters (random), in {model_dir}")
+        say(f"{model}: {built / 1e6:.1f}M parameters (random), in {model_dir}" if isinstance(built, int) else
+            f"{model}: {built}")
         for mode, extra in (("full", []), (f"train_layers={plan.train_layers}", [f"model.train_layers={plan.train_layers}"])):
             row = {"model": model, "mode": mode, "params": report["models"][model]}
             left = args.budget_s - (time.time() - start)
-            if left < 20:
-                report["rows"].append({**row, "status": "skipped: time budget spent"})
-                say(f"{model} {mode}: skipped (time budget)")
+            if left < 20 or not isinstance(built, int):
+                report["rows"].append({**row, "status": "skipped: time budget spent" if left < 20 else built})
+                say(f"{model} {mode}: skipped")
                 continue
             overrides = [*plan.overrides, f"model.name={model_dir}", *extra]
-            row.update(per_frame_costs(overrides, prompts, plan.minibatch))
+            costs = _attempt(lambda: per_frame_costs(overrides, prompts, plan.minibatch))
+            row.update(costs if isinstance(costs, dict) else {"costs": costs})
             last, row["status"] = train_row(overrides, work / "runs" / f"{model}-{mode}",
                                             min(plan.row_timeout_s[model], left))
             if last is not None:
                 row.update(_speeds(last, row, plan.epochs, peak))
             report["rows"].append(row)
             say(f"{model} {mode}: {row['status']}; " + (
-                f"{row['FPS']:.1f} frames/s, MFU {row['mfu']:.1%}" if last is not None else "no update logged"))
+                f"{row['FPS']:.1f} frames/s" if last is not None else "no update logged"))
 
     report["ddppo"] = ddppo(plan, work, args, start, say)
     table = markdown(report)
@@ -291,17 +297,33 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     say(f"wrote {args.out}")
+    if args.workdir is None:
+        shutil.rmtree(work, ignore_errors=True)
     failed = [r for r in report["rows"] if r.get("FPS") is None] + ([] if "FPS" in report["ddppo"] else ["ddppo"])
     sys.exit(1 if failed and args.cpu_smoke else 0)  # smoke: every run must have logged an update
 
 
+def _attempt(step):
+    """`step()`, or, if it raises, a 'failed: ...' line (traceback on stderr): one failed step of the GPU run
+    must not lose the others."""
+    try:
+        return step()
+    except Exception as error:  # noqa: BLE001
+        traceback.print_exc()
+        _free()
+        return f"failed: {type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
+
+
 def _speeds(last: dict, row: dict, epochs: int, peak: float) -> dict:
-    """Frames/s, tokens/s and MFU of one logged update."""
+    """Frames/s, tokens/s and MFU of one logged update (tokens/s and MFU need the row's per-frame costs)."""
+    speeds = {"update": int(last["update"]), "collect_FPS": last["collect_FPS"], "update_FPS": last["update_FPS"],
+              "FPS": last["FPS"]}
+    if "tokens_per_frame" not in row:
+        return speeds
     collect_flops, update_flops = row["collect_flops_per_frame"], epochs * row["update_flops_per_frame"]
     tokens = row["tokens_per_frame"]
     return {
-        "update": int(last["update"]), "collect_FPS": last["collect_FPS"], "update_FPS": last["update_FPS"],
-        "FPS": last["FPS"], "collect_tokens_per_s": last["collect_FPS"] * tokens,
+        **speeds, "collect_tokens_per_s": last["collect_FPS"] * tokens,
         "update_tokens_per_s": last["update_FPS"] * epochs * tokens,
         "mfu_collect": last["collect_FPS"] * collect_flops / peak,
         "mfu_update": last["update_FPS"] * update_flops / peak,
@@ -351,6 +373,10 @@ def nccl_probe(work: Path) -> str:
     return "works" if done.returncode == 0 else f"refused: {_reason(done.stderr + done.stdout)}"
 
 
+def _cell(row: dict, key: str, spec: str) -> str:
+    return format(row[key], spec) if row.get(key) is not None else "-"
+
+
 def markdown(report: dict) -> str:
     """The results as one Markdown table (a row per model and mode, then the DD-PPO row)."""
     head = ("| model | params | mode | collect f/s | update f/s | overall f/s | collect tok/s | update tok/s "
@@ -358,14 +384,12 @@ def markdown(report: dict) -> str:
     lines = [f"{report['device']}, torch {report['torch']}, peak {report['peak']}: {report['peak_tflops']:.3g} TFLOP/s",
              "", head, "|" + "---|" * (head.count("|") - 1)]
     for r in report["rows"]:
-        cells = [r["model"], f"{r['params'] / 1e6:.0f}M", r["mode"]]
-        if r.get("FPS") is not None:
-            cells += [f"{r['collect_FPS']:.1f}", f"{r['update_FPS']:.1f}", f"{r['FPS']:.1f}",
-                      f"{r['collect_tokens_per_s']:.0f}", f"{r['update_tokens_per_s']:.0f}",
-                      f"{r['mfu_collect']:.1%}", f"{r['mfu_update']:.1%}", f"{r['mfu']:.1%}"]
-        else:
-            cells += ["-"] * 8
-        cells += [f"{r.get('collect_kernels', '-')} / {r.get('update_kernels', '-')}", r["status"]]
+        cells = [r["model"], f"{r['params'] / 1e6:.0f}M" if r["params"] else "-", r["mode"]]
+        cells += [_cell(r, key, spec) for key, spec in (
+            ("collect_FPS", ".1f"), ("update_FPS", ".1f"), ("FPS", ".1f"), ("collect_tokens_per_s", ".0f"),
+            ("update_tokens_per_s", ".0f"), ("mfu_collect", ".1%"), ("mfu_update", ".1%"), ("mfu", ".1%"))]
+        status = r["status"] + (f"; FLOP count {r['costs']}" if "costs" in r else "")
+        cells += [f"{r.get('collect_kernels', '-')} / {r.get('update_kernels', '-')}", status]
         lines.append("| " + " | ".join(cells) + " |")
     d = report["ddppo"]
     lines += ["", f"DD-PPO, 2 ranks on one device ({d['backend']}): {d['status']}"
