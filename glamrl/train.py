@@ -129,6 +129,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     envs = cfg.env.make_vector_env()
     policy = make_model(cfg)
     params = [w for w in policy.parameters() if w.requires_grad]
+    device = params[0].device  # the PPO loss runs where the model computes
     optimizer = torch.optim.Adam(params, lr=p.lr, betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps)
     agent = make_agent(cfg, policy, envs)
     if ranks.is_main:
@@ -181,8 +182,9 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         advantages, returns = compute_gae(buffer.rewards, buffer.values, buffer.terminated, buffer.truncated,
                                           buffer.final_values, next_value, p.gamma, p.gae_lambda)  # (T, N)
 
-        # ---- 3. flatten the batch: (T, N) -> (T * N,)
+        # ---- 3. flatten the batch: (T, N) -> (T * N,), and copy it once to the model's device
         batch = buffer.flatten(advantages, returns)
+        b_device = batch.to(device)
 
         # ---- 4. optimise the policy and value over epochs of minibatches
         stats: list[dict[str, float]] = []  # one entry per forward/backward chunk
@@ -190,7 +192,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
             for mb_idx in torch.randperm(len(batch)).split(p.minibatch_size):
                 optimizer.zero_grad(set_to_none=True)
                 try:
-                    stats += accumulate_gradients(policy, batch, mb_idx, cfg.prompt.actions, p)
+                    stats += accumulate_gradients(policy, b_device, mb_idx, cfg.prompt.actions, p)
                 except FloatingPointError:
                     raise TrainingDiverged(
                         f"non-finite PPO loss at update {update + 1}, epoch {epoch + 1}; "

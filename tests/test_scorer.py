@@ -2,12 +2,14 @@
 
 import pytest
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from glamrl.config import ModelConfig
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.llm import ActionScorer, load_model, reference_log_likelihoods
+from glamrl.llm.scorer import attention_kernels
 from glamrl.llm.trunk import FrozenTrunk, freeze_trunk
 
 PROMPTS = [
@@ -148,3 +150,22 @@ def test_a_repeated_prompt_runs_once_and_its_gradients_add_up(name):
     assert once.keys() == apart.keys() and len(once) > 0
     for key, grad in apart.items():
         torch.testing.assert_close(once[key], grad, atol=1e-5, rtol=1e-4, msg=key)
+
+
+@pytest.mark.parametrize("name,calls", [("tiny-llama", 2), ("tiny-t5", 6)])  # layers; T5: encoder + self/cross
+def test_attention_kernels_report_the_dispatchers_choice(name, calls, one_thread):
+    scorer = _scorer(name)
+    with torch.inference_mode(), attention_kernels() as kernels:
+        expected = scorer(PROMPTS, ACTIONS).log_likelihoods
+    assert len(kernels) == calls and "ERROR" not in kernels
+    with torch.inference_mode(), sdpa_kernel(SDPBackend.MATH), attention_kernels() as forced:
+        scores = scorer(PROMPTS, ACTIONS).log_likelihoods
+    assert forced == ["MATH"] * calls
+    torch.testing.assert_close(scores, expected, atol=1e-5, rtol=1e-5)  # recording changes no result
+
+
+def test_attention_kernels_record_nothing_without_sdpa(one_thread):
+    scorer = _scorer("tiny-llama", attn="eager")
+    with torch.inference_mode(), attention_kernels() as kernels:
+        scorer(PROMPTS, ACTIONS)
+    assert kernels == []

@@ -11,6 +11,7 @@ import torch
 from glamrl.agents.base import Decision
 from glamrl.llm.policy import LLMPolicy
 from glamrl.prompts import PromptHistory
+from glamrl.transfer import to_host
 
 
 class LLMAgent:
@@ -49,10 +50,12 @@ class LLMAgent:
             actions = log_probs.argmax(dim=1)                              # (N,)
         else:
             actions = torch.multinomial(log_probs.exp(), 1).squeeze(1)     # (N,)
+        chosen = log_probs.gather(1, actions[:, None]).squeeze(1)         # (N,)
+        # the step's one host-device synchronisation: actions, log-probs and values come back together
+        actions, chosen, values = to_host(actions, chosen, out.values.float())
         for history, sentences, a in zip(self.histories, obs["descriptions"], actions.tolist()):
             history.record(sentences, self.action_names[a])
-        chosen = log_probs.gather(1, actions[:, None]).squeeze(1)         # (N,)
-        return Decision(actions.cpu().numpy(), chosen.cpu(), out.values.float().cpu(), prompts)
+        return Decision(actions.numpy(), chosen, values, prompts)
 
     @torch.inference_mode()
     def values(self, obs: dict[str, Any], envs: Sequence[int]) -> torch.Tensor:

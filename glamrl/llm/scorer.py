@@ -13,22 +13,29 @@ prompt and the action is tokenized as the continuation ` turn left` of a short c
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.overrides import TorchFunctionMode
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_outputs import BaseModelOutput
 
 from glamrl.errors import GlamrlError
+from glamrl.transfer import to_device
 
 if TYPE_CHECKING:
     from glamrl.llm.trunk import FrozenTrunk
 
 _CONTEXT = "Action:"  # actions are tokenized as the continuation of this text
+MASKED_KERNELS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+"""SDPA kernels the scorer allows on CUDA: flash attention takes no arbitrary mask, memory-efficient attention
+does (the scorer's 4D masks, T5's position bias); math is the fallback. Unmeasured on a GPU so far."""
 
 
 class ScoringError(GlamrlError, ValueError):
@@ -86,7 +93,7 @@ class ActionScorer:
             unique = list(first)
             scores = self(unique, actions)
             rank = {p: j for j, p in enumerate(unique)}
-            rows = torch.tensor([rank[p] for p in prompts], device=self.device)   # (B,) row of each prompt
+            rows = to_device(torch.tensor([rank[p] for p in prompts]), self.device)  # (B,) row of each prompt
             ll = scores.log_likelihoods
             return Scores(log_likelihoods=None if ll is None else ll[rows], hidden=scores.hidden[rows])
         packed = self.pack_actions(actions) if actions is not None else None
@@ -96,14 +103,15 @@ class ActionScorer:
         cache_actions = None if actions is None or self.is_seq2seq else tuple(actions)
         lls, hiddens = [], []
         for rows in groups:
-            ids, mask = self._pad([token_ids[i] for i in rows])                   # (b, P)
+            ids, mask, lengths = self._pad([token_ids[i] for i in rows])          # (b, P), (b, P), (b,) on the host
             keys = [(prompts[i], cache_actions) for i in rows]
             forward = self._seq2seq_forward if self.is_seq2seq else self._causal_forward
-            logits, hidden = forward(ids, mask, packed, keys)
+            with self._attention_kernels():
+                logits, hidden = forward(ids, mask, lengths, packed, keys)
             hiddens.append(hidden)
             if packed is not None:
                 lls.append(self._log_likelihoods(logits, packed))
-        inverse = torch.tensor([i for rows in groups for i in rows], device=self.device).argsort()  # (B,)
+        inverse = to_device(torch.tensor([i for rows in groups for i in rows]).argsort(), self.device)  # (B,)
         ll = torch.cat(lls)[inverse] if packed is not None else None            # (B, A)
         return Scores(log_likelihoods=ll, hidden=torch.cat(hiddens)[inverse])
 
@@ -170,19 +178,21 @@ class ActionScorer:
         )
         return _PackedActions(**{k: v.to(self.device) for k, v in vars(packed).items()})
 
-    def _pad(self, token_ids: list[list[int]]) -> tuple[Tensor, Tensor]:
-        """(b, P) ids and bool mask; causal prompts are left-padded so that every one ends at the same column."""
+    def _pad(self, token_ids: list[list[int]]) -> tuple[Tensor, Tensor, Tensor]:
+        """(b, P) ids and bool mask on the model's device (causal prompts are left-padded so that every one
+        ends at the same column), and each prompt's length (b,) on the host."""
         P, pad = max(len(t) for t in token_ids), self.tokenizer.pad_token_id
         if self.is_seq2seq:
             rows = [(t + [pad] * (P - len(t)), [1] * len(t) + [0] * (P - len(t))) for t in token_ids]
         else:
             rows = [([pad] * (P - len(t)) + t, [0] * (P - len(t)) + [1] * len(t)) for t in token_ids]
-        ids = torch.tensor([r[0] for r in rows], device=self.device)
-        return ids, torch.tensor([r[1] for r in rows], dtype=torch.bool, device=self.device)
+        ids = to_device(torch.tensor([r[0] for r in rows]), self.device)
+        mask = to_device(torch.tensor([r[1] for r in rows], dtype=torch.bool), self.device)
+        return ids, mask, torch.tensor([len(t) for t in token_ids])
 
     # ----------------------------------------------------------------------- forward
-    def _causal_forward(self, prompt_ids: Tensor, prompt_mask: Tensor, packed: _PackedActions | None,
-                        keys: list[Hashable]) -> tuple[Tensor | None, Tensor]:
+    def _causal_forward(self, prompt_ids: Tensor, prompt_mask: Tensor, prompt_lengths: Tensor,
+                        packed: _PackedActions | None, keys: list[Hashable]) -> tuple[Tensor | None, Tensor]:
         B, P = prompt_ids.shape
         prompt_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)             # (B, P)
         causal = torch.ones(P, P, dtype=torch.bool, device=self.device).tril()
@@ -201,8 +211,7 @@ class ActionScorer:
             hidden = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=pos,
                                            use_cache=False).last_hidden_state     # (B, P+T, H)
         else:
-            lengths = ids.new_tensor([n + ids.shape[1] - P for n in prompt_mask.sum(-1).tolist()])  # (B,)
-            hidden = self.trunk.causal(ids, mask, pos, lengths, keys)             # (B, P+T, H)
+            hidden = self.trunk.causal(ids, mask, pos, prompt_lengths + ids.shape[1] - P, keys)  # (B, P+T, H)
         if packed is None:
             return None, hidden[:, P - 1]
         # the token before each target predicts it: the last prompt token for an action's first token
@@ -210,13 +219,14 @@ class ActionScorer:
         logits = self.model.get_output_embeddings()(hidden[:, source])           # (B, T, V)
         return logits, hidden[:, P - 1]
 
-    def _seq2seq_forward(self, prompt_ids: Tensor, prompt_mask: Tensor, packed: _PackedActions | None,
-                         keys: list[Hashable]) -> tuple[Tensor | None, Tensor]:
+    def _seq2seq_forward(self, prompt_ids: Tensor, prompt_mask: Tensor, prompt_lengths: Tensor,
+                         packed: _PackedActions | None, keys: list[Hashable]) -> tuple[Tensor | None, Tensor]:
         B = prompt_ids.shape[0]
         if self.trunk is None:
             encoded = self.model.get_encoder()(input_ids=prompt_ids, attention_mask=prompt_mask.long())
         else:
-            encoded = BaseModelOutput(last_hidden_state=self.trunk.encoder(prompt_ids, prompt_mask, keys))
+            encoded = BaseModelOutput(last_hidden_state=self.trunk.encoder(prompt_ids, prompt_mask,
+                                                                                  prompt_lengths, keys))
         if packed is None:
             start = self.model.config.decoder_start_token_id
             inputs = torch.full((B, 1), start, device=self.device)               # (B, 1)
@@ -230,6 +240,12 @@ class ActionScorer:
         hidden = out.decoder_hidden_states[-1][:, 0]                              # (B, H)
         return (out.logits if packed is not None else None), hidden              # (B, T, V)
 
+    def _attention_kernels(self) -> AbstractContextManager[Any]:
+        """On CUDA, SDPA restricted to `MASKED_KERNELS` (see `attention_kernels` to check which one runs)."""
+        if self.device.type == "cuda" and self.model.config._attn_implementation == "sdpa":
+            return sdpa_kernel(MASKED_KERNELS)
+        return nullcontext()
+
     def _attention_mask(self, visible: Tensor) -> Tensor:
         """(B, Q, K) bool -> the (B, 1, Q, K) mask the model's attention implementation expects."""
         implementation = self.model.config._attn_implementation
@@ -241,6 +257,48 @@ class ActionScorer:
                 ~visible[:, None], torch.finfo(dtype).min)
         raise ScoringError(f"attention implementation {implementation!r} cannot take the scorer's 4D masks; "
                            f"load the model with attn_implementation='sdpa' or 'eager'")
+
+
+class _KernelRecorder(TorchFunctionMode):
+    """Notes the SDPA kernel torch's dispatcher picks for every scaled_dot_product_attention call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kernels: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            self.kernels.append(_sdpa_choice(*args, **kwargs))
+        return func(*args, **kwargs)
+
+
+def _sdpa_choice(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+                 is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> str:
+    """The SDPBackend name torch picks for these arguments, after autocast and the bool-mask conversion
+    that the real call applies before choosing."""
+    device = query.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else query.dtype
+    query, key, value = (t.to(dtype) for t in (query, key, value))
+    if attn_mask is not None:
+        attn_mask = attn_mask.to(dtype) if attn_mask.dtype != torch.bool else \
+            torch.zeros_like(attn_mask, dtype=dtype).masked_fill(~attn_mask, float("-inf"))
+    choice = torch._fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+                                     enable_gqa=enable_gqa)
+    return SDPBackend(choice).name
+
+
+@contextmanager
+def attention_kernels() -> Iterator[list[str]]:
+    """Record, in call order, the SDPA kernel (FLASH_ATTENTION, EFFICIENT_ATTENTION, MATH, ...) that runs for
+    every attention call inside this block; nothing is recorded for a model whose attention is not SDPA.
+
+        with attention_kernels() as kernels:
+            policy(prompts)
+    """
+    recorder = _KernelRecorder()
+    with recorder:
+        yield recorder.kernels
 
 
 def reference_log_likelihoods(scorer: ActionScorer, prompts: Sequence[str], actions: Sequence[str]) -> Tensor:

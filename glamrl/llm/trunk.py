@@ -105,11 +105,11 @@ class FrozenTrunk:
     # ----------------------------------------------------------------------- causal
     def causal(self, ids: Tensor, mask: Tensor, pos: Tensor, lengths: Tensor, keys: list[Hashable]) -> Tensor:
         """Last hidden state (after the final norm) of left-padded rows `ids` (B, S): the lower blocks'
-        output comes from the cache where present; `lengths` (B,) counts each row's real tokens."""
+        output comes from the cache where present; `lengths` (B,), on the host, counts each row's real tokens."""
         backbone = self.model.base_model
         layers = backbone.layers
 
-        def lower(rows: Tensor) -> Tensor:
+        def lower(rows: list[int]) -> Tensor:
             hidden = backbone.embed_tokens(ids[rows])                             # (b, S, H)
             rope = backbone.rotary_emb(hidden, position_ids=pos[rows])
             for layer in layers[:self.split]:
@@ -123,17 +123,18 @@ class FrozenTrunk:
         return backbone.norm(hidden)
 
     # ---------------------------------------------------------------------- seq2seq
-    def encoder(self, ids: Tensor, mask: Tensor, keys: list[Hashable]) -> Tensor:
-        """The frozen encoder's output (B, P, H) for right-padded prompts `ids`, from the cache where present."""
-        def run(rows: Tensor) -> Tensor:
+    def encoder(self, ids: Tensor, mask: Tensor, lengths: Tensor, keys: list[Hashable]) -> Tensor:
+        """The frozen encoder's output (B, P, H) for right-padded prompts `ids`, from the cache where present;
+        `lengths` (B,), on the host, counts each prompt's tokens."""
+        def run(rows: list[int]) -> Tensor:
             return self.model.get_encoder()(input_ids=ids[rows], attention_mask=mask[rows].long()).last_hidden_state
-        return self._cached(run, ids.shape[1], mask.sum(-1), keys, left_padded=False)
+        return self._cached(run, ids.shape[1], lengths, keys, left_padded=False)
 
     # ------------------------------------------------------------------------ cache
-    def _cached(self, compute: Callable[[Tensor], Tensor], width: int, lengths: Tensor, keys: list[Hashable],
+    def _cached(self, compute: Callable[[list[int]], Tensor], width: int, lengths: Tensor, keys: list[Hashable],
                 left_padded: bool) -> Tensor:
         """(B, width, H) frozen output, padding rows zero, every real row read back through the cache dtype.
-        `compute(rows)` runs the frozen part on the rows `rows` (b,) of the batch, those not in the cache."""
+        `compute(rows)` runs the frozen part on the rows `rows` of the batch, those not in the cache."""
         rows: list[Tensor | None] = [self._cache.get(k) for k in keys]
         for key, row in zip(keys, rows):
             if row is not None:
@@ -142,7 +143,7 @@ class FrozenTrunk:
         self.hits, self.misses = self.hits + len(rows) - len(missing), self.misses + len(missing)
         if missing:
             with torch.no_grad():
-                computed = compute(torch.tensor(missing, device=lengths.device)).to(self.cache_dtype)  # (b, S, H)
+                computed = compute(missing).to(self.cache_dtype)                 # (b, S, H)
             for j, b in enumerate(missing):
                 n = int(lengths[b])
                 rows[b] = computed[j, width - n:] if left_padded else computed[j, :n]  # (n, H)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from glamrl.transfer import to_device
+
 
 @dataclass
 class Batch:
@@ -21,6 +23,11 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.prompts)
+
+    def to(self, device: torch.device) -> Batch:
+        """The same batch with its tensors on `device` (pinned, non-blocking copies on CUDA); prompts stay."""
+        return Batch(self.prompts, *(to_device(t, device) for t in (self.actions, self.log_probs, self.values,
+                                                                     self.advantages, self.returns)))
 
 
 class RolloutBuffer:
