@@ -307,12 +307,13 @@ class RunConfig:
     sharding: str = "none"
     """how torchrun's K ranks hold the LLM (see glamrl.sharding). none: DD-PPO, a whole replica per rank,
     16 bytes per parameter (fp32 weights, gradients, two Adam moments) plus activations on every device:
-    for models whose training state fits on one device (about 3B parameters on an 80 GB GPU).
-    fsdp: FSDP2, weights, gradients and Adam state split over the ranks and blocks gathered in turn for
-    the update; acting gathers the whole weights, so 4 + 16/K bytes per parameter: for models whose weights
-    fit on one device but not their training state (about 10B parameters on 8 x 80 GB). Needs torchrun,
-    model.batching=padded, and no LoRA or train_layers (their training state is small: use none).
-    Evaluation alone (glamrl eval) needs the weights only, in one process."""
+    for models whose training state fits on one device (full fine-tuning up to about 1B parameters on an
+    80 GB GPU; LoRA beyond). fsdp: FSDP2, weights, gradients and Adam state split over the ranks, blocks
+    gathered in turn for the update; acting gathers the whole weights, so 4 + 16/K bytes per parameter:
+    for models whose weights fit on one device but not their training state (estimate: up to about 7B
+    parameters on 8 x 80 GB). Needs torchrun, model.batching=padded, and no model.lora or
+    model.train_layers (their training state is small: use none). Evaluation alone (glamrl eval)
+    needs the weights only, in one process."""
     probes: str | None = None
     """YAML file of probe prompts (configs/probes/*.yaml): pi(a | probe) is logged to probes.csv at every update."""
 

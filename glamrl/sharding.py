@@ -10,7 +10,8 @@ so each rank stores 1/K of the weights, gradients and Adam state. The PPO update
 is all-gathered just before it runs, forward and backward, and its gradients are reduce-scattered
 (averaged over the ranks) right after. Acting (collection, the bootstrap value, evaluation, probes)
 runs inside `gathered`, on the whole weights all-gathered once: ranks act on different prompts and
-episodes, so they cannot stay in lockstep there. Hence this mode is for models whose weights fit on
+episodes, so they cannot stay in lockstep there (in the update they can: same minibatch sizes, and
+`model.batching=padded` makes one forward pass of each). Hence this mode is for models whose weights fit on
 one device, but not their training state; the root's own weights (embeddings, LM head) stay gathered
 from the forward to the backward of each update minibatch.
 
@@ -36,7 +37,6 @@ from torch.distributed.tensor import DTensor
 from glamrl import distributed
 from glamrl.errors import GlamrlError
 
-SHARDING_MODES = ("none", "fsdp")
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True, flatten_optimizer_state_dict=False)
 
 
