@@ -5,7 +5,8 @@
 Saves a random Llama (about 300M parameters with the defaults, BabyAI-Text word vocabulary) in a
 temporary directory, trains it for `--updates` small PPO updates under torchrun with each sharding
 mode, and prints every rank's peak resident memory (ru_maxrss): the most each rank held at once,
-model loading, acting and update together.
+model loading, acting and update together. With fsdp, rank 0's peak includes the whole checkpoint
+(weights and Adam moments) it gathers in host memory to save; the other ranks show the sharding.
 """
 
 from __future__ import annotations

@@ -132,12 +132,16 @@ def test_fsdp_trains_as_dd_ppo_does_and_its_checkpoint_serves_every_mode(tmp_pat
     cfg, probes = tmp_path / "tiny.yaml", tmp_path / "probes"
     cfg.write_text(CONFIG)
     probes.mkdir()
-    ddp, fsdp = tmp_path / "ddp", tmp_path / "fsdp"
-    # one 2-rank job, four commands: one update of each mode, then each resumes for a second one
-    new, resume = ["--config", str(cfg), "ppo.total_frames=16", "model.batching=padded"], ["ppo.total_frames=32"]
-    commands = [["train", "--run-dir", str(run), "--no-progress", *args, f"run.sharding={mode}"]
-                for args in (new, resume) for run, mode in ((ddp, "none"), (fsdp, "fsdp"))]
-    done = torchrun(probes, *[arg for command in commands for arg in ["--then", *command]][1:])
+    ddp, fsdp, t5_ddp, t5_fsdp = (tmp_path / name for name in ("ddp", "fsdp", "t5-ddp", "t5-fsdp"))
+    # one 2-rank job, six commands: tiny-llama, one update in each mode, then each resumes for a second
+    # one; tiny-t5 (encoder and decoder blocks, tied embeddings), one update in each mode
+    new = ["--config", str(cfg), "ppo.total_frames=16", "model.batching=padded"]
+    runs = [(ddp, "none", new), (fsdp, "fsdp", new), (ddp, "none", ["ppo.total_frames=32"]),
+            (fsdp, "fsdp", ["ppo.total_frames=32"]), (t5_ddp, "none", [*new, "model.name=tiny-t5"]),
+            (t5_fsdp, "fsdp", [*new, "model.name=tiny-t5"])]
+    commands = [["--then", "train", "--run-dir", str(run), "--no-progress", *args, f"run.sharding={mode}"]
+                for run, mode, args in runs]
+    done = torchrun(probes, *[arg for command in commands for arg in command][1:])
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count(f"resuming {fsdp} after update 1") == 1
     assert [r["update"] for r in read_log(fsdp)] == [1, 2]
@@ -145,15 +149,18 @@ def test_fsdp_trains_as_dd_ppo_does_and_its_checkpoint_serves_every_mode(tmp_pat
     # the only difference is the sharding: the same episodes, losses, clipped gradient norms and states
     for rank in (0, 1):
         obs, weights = commands_rows(probes, rank, "obs"), commands_rows(probes, rank, "weights")
-        assert obs["fsdp"] == obs["ddp"] and len(obs["fsdp"]) == 2
-        assert all(w["sharded"] for rows in weights["fsdp"] for w in rows)  # the optimiser held DTensor shards
-        assert not any(w["sharded"] for rows in weights["ddp"] for w in rows)
-    for term in ("grad_norm", "loss", "value_loss"):  # the norm over the shards is the whole one
-        assert [r[term] for r in read_log(fsdp)] == pytest.approx([r[term] for r in read_log(ddp)], rel=1e-5)
+        assert obs["fsdp"] == obs["ddp"] and len(obs["fsdp"]) == 2 and obs["t5-fsdp"] == obs["t5-ddp"]
+        assert all(w["sharded"] for rows in weights["fsdp"] + weights["t5-fsdp"] for w in rows)  # DTensor shards
+        assert not any(w["sharded"] for rows in weights["ddp"] + weights["t5-ddp"] for w in rows)
+    for sharded, replicated in ((fsdp, ddp), (t5_fsdp, t5_ddp)):
+        for term in ("grad_norm", "loss", "value_loss"):  # the norm over the shards is the whole one
+            assert [r[term] for r in read_log(sharded)] == pytest.approx([r[term] for r in read_log(replicated)],
+                                                                          rel=1e-5)
     after_one = [torch.load(run / "checkpoints" / "backup.pt", weights_only=True) for run in (ddp, fsdp)]
     after_two = [load_checkpoint(run) for run in (ddp, fsdp)]
     assert_same_state(*after_one)
     assert_same_state(*after_two)  # the FSDP run resumed from its own checkpoint as DD-PPO did
+    assert_same_state(load_checkpoint(t5_ddp), load_checkpoint(t5_fsdp))
     first, second = after_one[1]["policy"], after_two[1]["policy"]
     assert any(not torch.equal(first[name], second[name]) for name in first)  # the second update trained
 
