@@ -308,12 +308,26 @@ class RunConfig:
     """also write TensorBoard scalars to RUN_DIR/tb."""
     check_replicas: bool = False
     """under torchrun, verify after every update that all ranks hold bitwise the same weights."""
+    sharding: str = "none"
+    """how torchrun's K ranks hold the LLM (see glamrl.sharding). none: DD-PPO, a whole replica per rank,
+    16 bytes per parameter (fp32 weights, gradients, two Adam moments) plus activations on every device:
+    for models whose training state fits on one device (full fine-tuning up to about 1B parameters on an
+    80 GB GPU; LoRA beyond). fsdp: FSDP2, weights, gradients and Adam state split over the ranks, blocks
+    gathered in turn for the update; acting gathers the whole weights, so 4 + 16/K bytes per parameter:
+    for models whose weights fit on one device but not their training state (estimate: up to about 7B
+    parameters on 8 x 80 GB). Needs torchrun, model.batching=padded, and no model.lora or
+    model.train_layers (their training state is small: use none). Evaluation alone (glamrl eval)
+    needs the weights only, in one process."""
     probes: str | None = None
     """YAML file of probe prompts (configs/probes/*.yaml): pi(a | probe) is logged to probes.csv at every update."""
 
     def __post_init__(self) -> None:
         _check(self.eval_episodes >= 0, f"run.eval_episodes must be >= 0 (0 skips evaluation), got {self.eval_episodes}")
         _check(self.checkpoint_every >= 1, f"run.checkpoint_every must be >= 1, got {self.checkpoint_every}")
+        _check(self.sharding in ("none", "fsdp"), f"run.sharding must be none or fsdp, got {self.sharding!r}")
+        _check(not (self.sharding == "fsdp" and self.check_replicas),
+               "run.check_replicas compares whole replicas, but with run.sharding=fsdp every rank holds another "
+               "shard: set run.check_replicas=false")
 
 
 @dataclass
@@ -332,6 +346,15 @@ class TrainConfig:
         _check(self.ppo.minibatch_size <= self.batch_size,
                f"ppo.minibatch_size ({self.ppo.minibatch_size}) is larger than the rollout batch "
                f"env.num_envs x ppo.num_steps = {self.batch_size}; lower it or collect more frames per update")
+        if self.run.sharding == "fsdp":
+            _check(self.agent.kind == "llm", f"run.sharding=fsdp shards the LLM: agent.kind must be llm, "
+                                             f"not {self.agent.kind!r} (set run.sharding=none)")
+            _check(not self.model.lora and not self.model.train_layers,
+                   "run.sharding=fsdp does not support model.lora or model.train_layers (their training state "
+                   "is small: set run.sharding=none for DD-PPO)")
+            _check(self.model.batching == "padded",
+                   "run.sharding=fsdp needs model.batching=padded: every rank must run the same forward passes "
+                   "in the update")
 
     @property
     def batch_size(self) -> int:

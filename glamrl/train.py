@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from glamrl import distributed
+from glamrl import distributed, sharding
 from glamrl.agents.factory import AgentKindError, make_agent, make_model
 from glamrl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from glamrl.config import TrainConfig, write_config
@@ -87,8 +87,7 @@ def open_run(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str) -> dic
 
 def restore_training(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Load a checkpoint's trained weights, optimizer and RNG states (every training loop stores these three)."""
-    model.load_trainable_state_dict(state["policy"])
-    optimizer.load_state_dict(state["optimizer"])
+    sharding.load_state(model, optimizer, state["policy"], state["optimizer"])
     set_rng_state(state["rng"])
 
 
@@ -120,6 +119,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         progress, say = False, lambda _: None
     if cfg.agent.kind not in PPO_KINDS:
         raise AgentKindError(f"PPO trains agent kinds {', '.join(PPO_KINDS)}, not {cfg.agent.kind!r}")
+    sharding.check_launch(cfg.run.sharding)
     state = open_run(cfg, run_dir, resume, "ppo")
     p = cfg.ppo
     N, T, K = cfg.env.num_envs, p.num_steps, ranks.world_size
@@ -128,6 +128,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     # ---- envs, model, optimizer; the config is recorded once all of them could be built
     envs = cfg.env.make_vector_env()
     policy = make_model(cfg)
+    if cfg.run.sharding == "fsdp":
+        sharding.shard(policy)  # before the optimizer: its parameters become the ranks' shards
     params = [w for w in policy.parameters() if w.requires_grad]
     device = params[0].device  # the PPO loss runs where the model computes
     optimizer = torch.optim.Adam(params, lr=p.lr, betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps)
@@ -139,7 +141,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         restore_training(state, policy, optimizer)
         update, frames, episodes, duration = state["update"], state["frames"], state["episodes"], state["duration"]
         say(f"resuming {run_dir} after update {update} ({frames} frames)")
-    distributed.broadcast_parameters(policy)
+    if not sharding.is_sharded(policy):  # shards are cut from the same seeded (or restored) weights
+        distributed.broadcast_parameters(policy)
     if ranks.active:  # each rank samples its own actions and minibatches
         seed_everything(cfg.env.seed + 7919 * (update * K + ranks.rank))
 
@@ -148,7 +151,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     # env i of rank r starts at seed + (update * K + r) * N + i: no two envs, ranks or updates share a seed,
     # and a resumed run starts fresh episodes
     obs, _ = envs.reset(seed=cfg.env.seed + (update * K + ranks.rank) * N)
-    probes = start_probe_log(cfg, run_dir, policy, update if state is not None else None) if ranks.is_main else None
+    with sharding.gathered(policy):
+        probes = start_probe_log(cfg, run_dir, policy, update if state is not None else None) if ranks.is_main else None
 
     buffer = RolloutBuffer(T, N)
     recent = deque(maxlen=100)  # success of the last episodes, for the progress bar
@@ -158,19 +162,22 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         update_start = time.time()
         finished = []
 
-        # ---- 1. collect T steps in N envs (with model.train_layers, the frozen trunk's output is kept)
-        with policy.collecting():
-            for t in range(T):
-                s = step(envs, agent, obs)
-                d = s.decision
-                buffer.add(t, d.prompts, d.actions, d.log_probs, d.values, s.rewards * p.reward_scale,
-                           s.terminated, s.truncated)
-                cut = np.flatnonzero(s.truncated & ~s.terminated)
-                if len(cut):  # bootstrap a time-limit cut from V(final observation)
-                    buffer.final_values[t, cut] = agent.values(s.final_obs(cut), cut)
-                agent.end_episodes(s.done)
-                finished += s.episodes
-                obs = s.next_obs
+        # ---- 1. collect T steps in N envs (with model.train_layers, the frozen trunk's output is kept),
+        # then V(last observation) for the bootstrap; a sharded policy acts on its gathered weights
+        with sharding.gathered(policy):
+            with policy.collecting():
+                for t in range(T):
+                    s = step(envs, agent, obs)
+                    d = s.decision
+                    buffer.add(t, d.prompts, d.actions, d.log_probs, d.values, s.rewards * p.reward_scale,
+                               s.terminated, s.truncated)
+                    cut = np.flatnonzero(s.truncated & ~s.terminated)
+                    if len(cut):  # bootstrap a time-limit cut from V(final observation)
+                        buffer.final_values[t, cut] = agent.values(s.final_obs(cut), cut)
+                    agent.end_episodes(s.done)
+                    finished += s.episodes
+                    obs = s.next_obs
+            next_value = agent.values(obs, range(N))                                   # (N,)
         frames += frames_per_update
         finished = [e for rank_episodes in distributed.gather_objects(finished) for e in rank_episodes]
         episodes += len(finished)
@@ -178,7 +185,6 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         collect_time = time.time() - update_start
 
         # ---- 2. bootstrap value if not done, then GAE
-        next_value = agent.values(obs, range(N))                                       # (N,)
         advantages, returns = compute_gae(buffer.rewards, buffer.values, buffer.terminated, buffer.truncated,
                                           buffer.final_values, next_value, p.gamma, p.gae_lambda)  # (T, N)
 
@@ -197,8 +203,10 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                     raise TrainingDiverged(
                         f"non-finite PPO loss at update {update + 1}, epoch {epoch + 1}; "
                         f"the last good checkpoint is in {run_dir / 'checkpoints'} (try a lower ppo.lr)") from None
-                distributed.average_gradients(params)
-                stats[-1]["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, p.max_grad_norm).item()
+                if not sharding.is_sharded(policy):  # FSDP reduce-scatters (averages) them in the backward
+                    distributed.average_gradients(params)
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, p.max_grad_norm)  # over the shards too
+                stats[-1]["grad_norm"] = float(sharding.full_tensor(grad_norm))
                 optimizer.step()
         update += 1
         if cfg.run.check_replicas:
@@ -220,14 +228,19 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
             "explained_variance": explained,
             "first_ratio_dev": max(st["ratio_dev"] for st in stats[:p.grad_accum]),
         }
+        if cfg.run.probes is not None:  # every rank gathers a sharded policy's weights, rank 0 records
+            with sharding.gathered(policy):
+                if probes is not None:
+                    probes.record(policy, update, frames)
+        checkpoint = update % cfg.run.checkpoint_every == 0 or frames >= p.total_frames
+        if checkpoint:  # a sharded policy's whole state is gathered by all ranks onto rank 0
+            policy_state, optimizer_state = sharding.full_state(policy, optimizer)
         if not ranks.is_main:
             continue
         logger.log(metrics)
-        if probes is not None:
-            probes.record(policy, update, frames)
-        if update % cfg.run.checkpoint_every == 0 or frames >= p.total_frames:
+        if checkpoint:
             save_checkpoint(run_dir, {
-                "trainer": "ppo", "policy": policy.trainable_state_dict(), "optimizer": optimizer.state_dict(),
+                "trainer": "ppo", "policy": policy_state, "optimizer": optimizer_state,
                 "rng": rng_state(), "update": update, "frames": frames, "episodes": episodes,
                 "duration": metrics["duration"], "config": cfg.to_dict(),
             })
@@ -250,7 +263,8 @@ def evaluate_policy(cfg: TrainConfig, policy: torch.nn.Module) -> dict[str, Any]
     agent = make_agent(cfg, policy, envs, greedy=cfg.run.eval_greedy)
     try:
         seed = cfg.env.seed + EVAL_SEED_OFFSET + ranks.rank * cfg.env.num_envs
-        results = run_episodes(envs, agent, share, seed=seed)
+        with sharding.gathered(policy):  # ranks play different episodes: a sharded policy acts on whole weights
+            results = run_episodes(envs, agent, share, seed=seed)
     finally:
         envs.close()
     return summarize([e for rank_results in distributed.gather_objects(results) for e in rank_results])

@@ -1,7 +1,10 @@
 """`glamrl train` as one torchrun rank, recording what this rank saw (run by tests/test_distributed.py).
 
-Writes PROBE_DIR/rank{RANK}.jsonl: this process's PID, the observations it acted on,
-and a digest of the optimiser's weights after every optimiser step.
+    dist_probe.py train ARGS [--then train ARGS ...]   # several commands in turn, in the same process group
+
+Writes PROBE_DIR/rank{RANK}.jsonl: this process's PID, each command as it starts, the observations it acted on,
+and a digest of the optimiser's weights after every optimiser step (whole weights: the shards
+of a sharded run are gathered, so every rank records the same digest), and whether they were sharded.
 """
 
 import hashlib
@@ -10,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 import glamrl.train
@@ -25,10 +29,11 @@ def record(**row) -> None:
 
 def after_step(optimizer, args, kwargs) -> None:
     digest = hashlib.sha256()
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            digest.update(p.detach().contiguous().view(-1).numpy().tobytes())
-    record(kind="weights", digest=digest.hexdigest())
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for p in params:
+        whole = p.detach().full_tensor() if isinstance(p, DTensor) else p.detach()
+        digest.update(whole.contiguous().view(-1).numpy().tobytes())
+    record(kind="weights", digest=digest.hexdigest(), sharded=all(isinstance(p, DTensor) for p in params))
 
 
 def recording_step(envs, agent, obs):
@@ -39,4 +44,13 @@ def recording_step(envs, agent, obs):
 record(kind="pid", pid=os.getpid())
 register_optimizer_step_post_hook(after_step)
 real_step, glamrl.train.step = glamrl.train.step, recording_step
-sys.exit(main())
+commands = [[]]
+for arg in sys.argv[1:]:
+    if arg == "--then":
+        commands.append([])
+    else:
+        commands[-1].append(arg)
+for command in commands:
+    record(kind="command", args=command)
+    if code := main(command):
+        sys.exit(code)

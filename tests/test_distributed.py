@@ -1,4 +1,4 @@
-"""DD-PPO with real torch.distributed (gloo): two ranks launched by torchrun on the CPU."""
+"""DD-PPO and FSDP2 with real torch.distributed (gloo): two ranks launched by torchrun on the CPU."""
 
 import json
 import os
@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from glamrl.checkpoint import load_checkpoint
 from glamrl.cli import main
@@ -100,3 +101,95 @@ def test_a_killed_rank_stops_the_whole_run(tmp_path):
     assert proc.returncode != 0
     assert "Signal 9 (SIGKILL)" in output or "lost the other ranks" in output
     assert load_checkpoint(run)["update"] >= 1  # what was saved survives
+
+
+# ------------------------------------------------------------------ FSDP2 sharding (run.sharding=fsdp)
+def commands_rows(probe_dir: Path, rank: int, kind: str) -> dict[str, list[list[dict]]]:
+    """A probe's rows of `kind`, per run directory, per command run on it (dist_probe.py ... --then ...)."""
+    runs: dict[str, list[list[dict]]] = {}
+    for line in (probe_dir / f"rank{rank}.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["kind"] == "command":
+            current = runs.setdefault(Path(row["args"][row["args"].index("--run-dir") + 1]).name, [])
+            current.append([])
+        elif row["kind"] == kind:
+            current[-1].append(row)
+    return runs
+
+
+def assert_same_state(ddp: dict, fsdp: dict) -> None:
+    """The FSDP checkpoint holds the DD-PPO one's trainable weights and Adam moments (whole tensors)."""
+    assert fsdp["update"] == ddp["update"] and fsdp["policy"].keys() == ddp["policy"].keys()
+    for name, weight in ddp["policy"].items():
+        torch.testing.assert_close(fsdp["policy"][name], weight, rtol=0, atol=1e-6)
+    assert fsdp["optimizer"]["state"].keys() == ddp["optimizer"]["state"].keys()
+    for i, moments in ddp["optimizer"]["state"].items():
+        for key, value in moments.items():
+            torch.testing.assert_close(fsdp["optimizer"]["state"][i][key], value, rtol=0, atol=1e-6)
+
+
+def test_fsdp_trains_as_dd_ppo_does_and_its_checkpoint_serves_every_mode(tmp_path):
+    cfg, probes = tmp_path / "tiny.yaml", tmp_path / "probes"
+    cfg.write_text(CONFIG)
+    probes.mkdir()
+    ddp, fsdp, t5_ddp, t5_fsdp = (tmp_path / name for name in ("ddp", "fsdp", "t5-ddp", "t5-fsdp"))
+    # one 2-rank job, six commands: tiny-llama, one update in each mode, then each resumes for a second
+    # one; tiny-t5 (encoder and decoder blocks, tied embeddings), one update in each mode
+    new = ["--config", str(cfg), "ppo.total_frames=16", "model.batching=padded"]
+    runs = [(ddp, "none", new), (fsdp, "fsdp", new), (ddp, "none", ["ppo.total_frames=32"]),
+            (fsdp, "fsdp", ["ppo.total_frames=32"]), (t5_ddp, "none", [*new, "model.name=tiny-t5"]),
+            (t5_fsdp, "fsdp", [*new, "model.name=tiny-t5"])]
+    commands = [["--then", "train", "--run-dir", str(run), "--no-progress", *args, f"run.sharding={mode}"]
+                for run, mode, args in runs]
+    done = torchrun(probes, *[arg for command in commands for arg in command][1:])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(f"resuming {fsdp} after update 1") == 1
+    assert [r["update"] for r in read_log(fsdp)] == [1, 2]
+
+    # the only difference is the sharding: the same episodes, losses, clipped gradient norms and states
+    for rank in (0, 1):
+        obs, weights = commands_rows(probes, rank, "obs"), commands_rows(probes, rank, "weights")
+        assert obs["fsdp"] == obs["ddp"] and len(obs["fsdp"]) == 2 and obs["t5-fsdp"] == obs["t5-ddp"]
+        assert all(w["sharded"] for rows in weights["fsdp"] + weights["t5-fsdp"] for w in rows)  # DTensor shards
+        assert not any(w["sharded"] for rows in weights["ddp"] + weights["t5-ddp"] for w in rows)
+    for sharded, replicated in ((fsdp, ddp), (t5_fsdp, t5_ddp)):
+        for term in ("grad_norm", "loss", "value_loss"):  # the norm over the shards is the whole one
+            assert [r[term] for r in read_log(sharded)] == pytest.approx([r[term] for r in read_log(replicated)],
+                                                                          rel=1e-5)
+    after_one = [torch.load(run / "checkpoints" / "backup.pt", weights_only=True) for run in (ddp, fsdp)]
+    after_two = [load_checkpoint(run) for run in (ddp, fsdp)]
+    assert_same_state(*after_one)
+    assert_same_state(*after_two)  # the FSDP run resumed from its own checkpoint as DD-PPO did
+    assert_same_state(load_checkpoint(t5_ddp), load_checkpoint(t5_fsdp))
+    first, second = after_one[1]["policy"], after_two[1]["policy"]
+    assert any(not torch.equal(first[name], second[name]) for name in first)  # the second update trained
+
+    # one process resumes the FSDP run without sharding, and evaluates it
+    assert main(["train", "--run-dir", str(fsdp), "--no-progress", "ppo.total_frames=40", "run.sharding=none"]) == 0
+    assert [r["update"] for r in read_log(fsdp)] == [1, 2, 3]
+    assert main(["eval", "--run", str(fsdp), "--env", "BabyAI-TurnToObject-v0", "--episodes", "2"]) == 0
+
+
+def test_fsdp_without_torchrun_is_one_line(tmp_path, capsys):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(CONFIG)
+    code = main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "run"), "run.sharding=fsdp",
+                 "model.batching=padded"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "torchrun" in err[0] and "run.sharding=none" in err[0]
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(("overrides", "fragment"), [
+    (["model.lora=true"], "model.lora"), (["model.train_layers=1"], "model.train_layers"),
+    ([], "model.batching=padded"), (["run.check_replicas=true"], "run.check_replicas"),
+    (["agent.kind=symbolic"], "agent.kind"),
+])
+def test_fsdp_refuses_what_it_cannot_shard_in_one_line(tmp_path, capsys, overrides, fragment):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(CONFIG)
+    padded = ["model.batching=padded"] if fragment != "model.batching=padded" else []
+    code = main(["train", "--config", str(cfg), "--run-dir", str(tmp_path / "run"), "run.sharding=fsdp",
+                 *padded, *overrides])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and fragment in err[0], err

@@ -132,13 +132,18 @@ class LLMPolicy(nn.Module):
         return {name: p.detach() for name, p in self.named_parameters() if p.requires_grad}
 
     def load_trainable_state_dict(self, state: dict[str, Tensor]) -> None:
-        params = {name: p for name, p in self.named_parameters() if p.requires_grad}
-        missing, unexpected = params.keys() - state.keys(), state.keys() - params.keys()
+        self.check_trainable_state_dict(state)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if p.requires_grad:
+                    p.copy_(state[name])
+
+    def check_trainable_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Raise PolicyStateError unless `state` names exactly this policy's trainable parameters."""
+        params = {name for name, p in self.named_parameters() if p.requires_grad}
+        missing, unexpected = params - state.keys(), state.keys() - params
         if missing or unexpected:
             raise PolicyStateError(
                 f"saved policy state does not match this policy (LoRA or action heads configured differently?): "
                 f"{len(missing)} missing e.g. {sorted(missing)[:3]}, {len(unexpected)} unexpected e.g. "
                 f"{sorted(unexpected)[:3]}")
-        with torch.no_grad():
-            for name, p in params.items():
-                p.copy_(state[name])
