@@ -208,6 +208,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, p.max_grad_norm)  # over the shards too
                 stats[-1]["grad_norm"] = float(sharding.full_tensor(grad_norm))
                 optimizer.step()
+        optimizer.zero_grad(set_to_none=True)  # no gradients held while the next rollout is collected
         update += 1
         if cfg.run.check_replicas:
             distributed.check_replicas_equal(params, f"after update {update}")
