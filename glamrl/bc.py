@@ -3,7 +3,8 @@
 The loss of a record is -log p(action text | prompt), the summed log-probabilities of
 the action's tokens after the prompt (the scorer's `action_log_likelihoods`, as GLAM's
 clm_behavioral-cloning); with NPAE action heads, which score no text, it is
--log pi(action | prompt). LoRA works as in training (model.lora=true).
+-log pi(action | prompt). LoRA and the frozen trunk work as in training (model.lora=true,
+model.train_layers=K; the trunk's output of a prompt is cached within model.trunk_cache_mb).
 
 The run directory follows training's conventions: config.yaml (agent.kind llm), log.csv
 (one row per `bc.log_every` optimizer steps; `frames` counts demonstration records
@@ -77,7 +78,8 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
 
         # ---- 2. one optimizer step on the LM loss of the action tokens
         optimizer.zero_grad(set_to_none=True)
-        loss = bc_loss(policy, [prompts[i] for i in mb_idx.tolist()], actions[mb_idx])
+        with policy.collecting():  # model.train_layers: a prompt seen before skips the frozen trunk
+            loss = bc_loss(policy, [prompts[i] for i in mb_idx.tolist()], actions[mb_idx])
         loss.backward()
         grad_norms.append(torch.nn.utils.clip_grad_norm_(params, b.max_grad_norm).item())
         optimizer.step()
