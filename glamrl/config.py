@@ -265,7 +265,7 @@ class DRRNConfig:
 class SymbolicConfig:
     image_dim: int = 32
     """channels of the image encoder (FiLM-conditioned on the mission); BabyAI used 128 on GPU;
-    configs/symbolic.yaml's 16 trains at ~1k frames/s on one CPU thread, 32 at ~0.8k
+    configs/symbolic.yaml's 16 trains at ~1k frames/s on one CPU thread, 32 at ~0.7k
     (benchmarks/baselines.py --only speed)."""
     instr_dim: int = 32
     """word embedding and mission GRU size."""
