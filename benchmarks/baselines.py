@@ -15,6 +15,7 @@ MixedTrainLocal: GLAM 0.89 at 1.5M frames, NPAE 0.17, DRRN 0.14, random 0.15.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -86,26 +87,29 @@ def bench_bc(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def bench_speed(args: argparse.Namespace) -> dict[str, Any]:
-    """CPU time per frame (time.process_time, as benchmarks/env_speed.py) of the symbolic agent's PPO:
-    the vector env alone under random actions, collection (env + batched forward), and whole updates."""
-    cfg = load_train_config("configs/symbolic.yaml", ["env.num_envs=16", "ppo.num_steps=64", "ppo.total_frames=4096",
-                                                      "ppo.minibatch_size=256", "run.eval_episodes=0",
-                                                      "run.tensorboard=false", *args.speed_overrides])
+    """CPU frames/s (time.process_time, as benchmarks/env_speed.py) of the symbolic agent's PPO as
+    configs/symbolic.yaml trains it: the vector env alone under random actions, collection (env +
+    batched forward), and 4 whole updates (collection + PPO epochs), each over the same frames."""
+    cfg = load_train_config("configs/symbolic.yaml", ["run.eval_episodes=0", "run.tensorboard=false",
+                                                      *args.speed_overrides])
+    cfg = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, total_frames=4 * cfg.batch_size))
+    steps = 4 * cfg.ppo.num_steps  # as many frames as the 4 updates below
     envs = cfg.env.make_vector_env()
     envs.reset(seed=0)
     rng = np.random.default_rng(0)
     start = time.process_time()
-    for _ in range(256):
+    for _ in range(steps):
         envs.step(rng.integers(0, 6, envs.num_envs))
-    env_fps = 256 * envs.num_envs / (time.process_time() - start)
+    env_fps = steps * envs.num_envs / (time.process_time() - start)
     agent = make_agent(cfg, make_model(cfg), envs)
     obs, _ = envs.reset(seed=0)
     start = time.process_time()
-    for _ in range(256):
+    for _ in range(steps):
         s = step(envs, agent, obs)
         agent.end_episodes(s.done)
         obs = s.next_obs
-    collect_fps = 256 * envs.num_envs / (time.process_time() - start)
+    collect_fps = steps * envs.num_envs / (time.process_time() - start)
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # the first optimizer imports torch._dynamo (~3 s): not per frame
     start = time.process_time()
     result = train(cfg, RUNS / "bench-symbolic-speed", progress=False)
     train_fps = result.frames / (time.process_time() - start)

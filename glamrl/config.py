@@ -268,8 +268,9 @@ class DRRNConfig:
 @dataclass
 class SymbolicConfig:
     image_dim: int = 32
-    """channels of the image encoder (FiLM-conditioned on the mission); BabyAI used 128 on GPU, which
-    cuts CPU collection from ~1.5k to ~0.5k frames/s (benchmarks/baselines.py --only speed)."""
+    """channels of the image encoder (FiLM-conditioned on the mission); BabyAI used 128 on GPU;
+    configs/symbolic.yaml's 16 trains at ~1k frames/s on one CPU thread, 32 at ~0.7k
+    (benchmarks/baselines.py --only speed)."""
     instr_dim: int = 32
     """word embedding and mission GRU size."""
     memory: bool = False
