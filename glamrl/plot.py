@@ -95,7 +95,8 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
             _plot_group(ax, [_curve(logs[run], x, metric) for run in group], label)
         ax.set(xlabel=x, ylabel=metric, title=metric)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize="small")
+    if axes[0][0].get_legend_handles_labels()[0]:  # no curve yet when no episode has ended
+        axes[0][0].legend(fontsize="small")
     return save_figure(fig, out)
 
 
