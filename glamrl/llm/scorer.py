@@ -88,12 +88,10 @@ class ActionScorer:
     def __call__(self, prompts: Sequence[str], actions: Sequence[str] | None) -> Scores:
         """Scores of `actions` after each of `prompts`; `actions=None` only encodes the prompts.
         A prompt given several times runs once (its rows are copies: gradients add up)."""
-        first = {p: i for i, p in reversed(list(enumerate(prompts)))}              # prompt -> first row
-        if len(first) < len(prompts):
-            unique = list(first)
-            scores = self(unique, actions)
-            rank = {p: j for j, p in enumerate(unique)}
-            rows = to_device(torch.tensor([rank[p] for p in prompts]), self.device)  # (B,) row of each prompt
+        unique = {p: j for j, p in enumerate(dict.fromkeys(prompts))}            # prompt -> its row once
+        if len(unique) < len(prompts):
+            scores = self(list(unique), actions)
+            rows = to_device(torch.tensor([unique[p] for p in prompts]), self.device)  # (B,) row of each prompt
             ll = scores.log_likelihoods
             return Scores(log_likelihoods=None if ll is None else ll[rows], hidden=scores.hidden[rows])
         packed = self.pack_actions(actions) if actions is not None else None
