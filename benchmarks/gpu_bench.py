@@ -144,10 +144,10 @@ def per_frame_costs(overrides: list[str], prompts: list[str], minibatch: int) ->
     action_tokens = scorer.pack_actions(cfg.prompt.actions).targets.numel()
     with FlopCounterMode(display=False) as collect, attention_kernels() as collect_kernels, \
             torch.inference_mode(), policy.collecting():
-        policy(prompts)
+        policy(prompts, cfg.prompt.actions)
     batch = prompts[:minibatch]
     with FlopCounterMode(display=False) as update, attention_kernels() as update_kernels:
-        out = policy(batch)
+        out = policy(batch, cfg.prompt.actions)
         (out.log_probs.sum() + out.values.sum()).backward()
     result = {
         "collect_flops_per_frame": collect.get_total_flops() / len(prompts),

@@ -55,7 +55,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
 
-    policy = LLMPolicy(ModelConfig(name=args.model, dtype=args.dtype, device="cpu", lora=args.lora), ACTION_NAMES)
+    policy = LLMPolicy(ModelConfig(name=args.model, dtype=args.dtype, device="cpu", lora=args.lora))
     n = args.envs * args.steps
     prompts = real_prompts(n + args.envs)
     tokens = [len(policy.scorer.tokenizer(p).input_ids) for p in prompts[:n]]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +31,11 @@ from glamrl.rundir import holds_run_lock
 from glamrl.train import TrainResult, open_logger, open_run, report_success, restore_training
 
 
-def bc_loss(policy: torch.nn.Module, prompts: list[str], actions: torch.Tensor) -> torch.Tensor:
-    """Mean over the batch of -log p(action text | prompt) (NPAE heads: -log pi(action | prompt))."""
-    out = policy(prompts)
+def bc_loss(policy: torch.nn.Module, prompts: list[str], actions: torch.Tensor,
+            action_names: Sequence[str]) -> torch.Tensor:
+    """Mean over the batch of -log p(action text | prompt) over the candidates `action_names`
+    (NPAE heads: -log pi(action | prompt))."""
+    out = policy(prompts, action_names)
     scores = out.log_probs if out.action_log_likelihoods is None else out.action_log_likelihoods  # (B, A)
     return -scores.float().gather(1, actions[:, None].to(scores.device)).mean()
 
@@ -79,7 +81,7 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
         # ---- 2. one optimizer step on the LM loss of the action tokens
         optimizer.zero_grad(set_to_none=True)
         with policy.collecting():  # model.train_layers: a prompt seen before skips the frozen trunk
-            loss = bc_loss(policy, [prompts[i] for i in mb_idx.tolist()], actions[mb_idx])
+            loss = bc_loss(policy, [prompts[i] for i in mb_idx.tolist()], actions[mb_idx], cfg.prompt.actions)
         loss.backward()
         grad_norms.append(torch.nn.utils.clip_grad_norm_(params, b.max_grad_norm).item())
         optimizer.step()

@@ -216,7 +216,7 @@ def cmd_suite(args: argparse.Namespace) -> None:
 def cmd_demos(args: argparse.Namespace) -> None:
     from glamrl.demos import record_demos, write_demos
     from glamrl.envs import make_vector_env
-    from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES
+    from glamrl.envs.actions import action_names
     from glamrl.rollout import format_table
 
     if args.agent is None and args.run is None:
@@ -225,7 +225,7 @@ def cmd_demos(args: argparse.Namespace) -> None:
 
     envs = make_vector_env(args.env, args.num_envs, task=args.task, language=args.language)
     agent = make_eval_agent(args, envs)
-    actions = FRENCH_ACTION_NAMES if args.language == "fr" else ACTION_NAMES
+    actions = action_names(args.language)
     records, summary = record_demos(envs, agent, args.episodes, args.seed, actions, args.nbr_obs, args.language,
                                     progress=True)
     write_demos(records, args.out)

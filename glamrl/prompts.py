@@ -17,9 +17,10 @@ from collections import deque
 from collections.abc import Sequence
 
 HEADERS = {
-    "en": ("Possible action of the agent:", "Goal of the agent:"),
-    "fr": ("Actions possibles pour l'agent:", "But de l'agent:"),
+    "en": ("Possible action of the agent:", "Goal of the agent"),
+    "fr": ("Actions possibles pour l'agent:", "But de l'agent"),
 }
+"""(action list header, goal header) per language; the prompt writes the goal header followed by ": "."""
 
 
 def build_prompt(
@@ -35,12 +36,13 @@ def build_prompt(
     `observations[i]` is the list of description sentences of observation i (oldest
     first); `past_actions[i]` is the action taken after it, so there is one fewer
     action than observations in the prompt of a decision. `goal_header` replaces the
-    language's "Goal of the agent:" (the suite's intro tests: "You have to").
+    language's "Goal of the agent" before the colon (the suite's intro tests: "You have to",
+    giving "You have to: go to the green ball", as GLAM's tests did).
     """
     actions_header, default_goal_header = HEADERS[language]
     goal_header = default_goal_header if goal_header is None else goal_header
     prompt = actions_header + ",".join(f" {a}" for a in actions)
-    prompt += f" \n {goal_header} {mission}"
+    prompt += f" \n {goal_header}: {mission}"
     for i, sentences in enumerate(observations):
         prompt += f" \n Observation {i}: " + "".join(f"{s}, " for s in sentences)
         prompt += f"\n Action {i}: "

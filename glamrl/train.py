@@ -198,7 +198,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
             for mb_idx in torch.randperm(len(batch)).split(p.minibatch_size):
                 optimizer.zero_grad(set_to_none=True)
                 try:
-                    stats += accumulate_gradients(policy, b_device, mb_idx, cfg.prompt.actions, p)
+                    stats += accumulate_gradients(policy, b_device, mb_idx, agent.action_names, p)
                 except FloatingPointError:
                     raise TrainingDiverged(
                         f"non-finite PPO loss at update {update + 1}, epoch {epoch + 1}; "

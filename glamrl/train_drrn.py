@@ -1,9 +1,10 @@
 """Off-policy training of the DRRN agent, read top to bottom.
 
-Choices (documented in `DRRNConfig`): a uniform replay memory, double Q-learning with a
-target network copied every `target_update_every` gradient steps, and epsilon-greedy
-exploration decaying linearly over `epsilon_decay_frames` frames (evaluation: `eval_epsilon`, or
-greedy with run.eval_greedy / `glamrl eval --greedy`).
+Choices (documented in `DRRNConfig`, defaults GLAM's): a uniform replay memory, Q-learning
+towards the target network's max (or double Q-learning) with the target copied every
+`target_update_every` gradient steps, and softmax exploration over Q in training and
+evaluation (or epsilon-greedy decaying linearly over `epsilon_decay_frames` frames; greedy
+with run.eval_greedy / `glamrl eval --greedy`).
 Uniform rather than prioritised replay: BabyAI-Text's rewards are sparse but not rare on
 the small levels, and it keeps the memory a plain ring buffer.
 
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from glamrl.agents.drrn import DRRNAgent, DRRNetwork
+from glamrl.agents.drrn import DRRNAgent, DRRNetwork, Exploration
 from glamrl.agents.factory import AgentKindError, make_agent, make_model
 from glamrl.checkpoint import rng_state, save_checkpoint
 from glamrl.config import DRRNConfig, TrainConfig, write_config
@@ -37,19 +38,29 @@ from glamrl.runlog import episode_stats
 from glamrl.train import TrainResult, open_logger, open_run, report_success, restore_training
 
 
-def q_learning_step(network: DRRNetwork, target: DRRNetwork, optimizer: torch.optim.Optimizer,
-                    memory: ReplayMemory, cfg: DRRNConfig) -> dict[str, float]:
-    """One gradient step of double Q-learning on a uniform draw from `memory`."""
+def q_learning_step(network: DRRNetwork, target: DRRNetwork, action_ids: torch.Tensor,
+                    optimizer: torch.optim.Optimizer, memory: ReplayMemory, cfg: DRRNConfig) -> dict[str, float]:
+    """One gradient step of Q-learning (double Q with `cfg.double_q`) on a uniform draw from `memory`;
+    `action_ids` (A, ACTION_TOKENS): the encoded action names."""
     obs, actions, rewards, next_obs, terminated = memory.sample(cfg.batch_size)
-    q = network(obs)                                                       # (B, A)
+    q = network(obs, action_ids)                                           # (B, A)
     with torch.no_grad():
-        next_q_online, next_q_target = network(next_obs), target(next_obs)  # (B, A) each
+        next_q_target = target(next_obs, action_ids)                       # (B, A)
+        next_q_online = network(next_obs, action_ids) if cfg.double_q else next_q_target  # picks a'
     loss = double_q_loss(q, next_q_online, next_q_target, actions, rewards, terminated, cfg.gamma)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(network.parameters(), cfg.max_grad_norm)
     optimizer.step()
     return {"loss": loss.item(), "grad_norm": grad_norm.item(), "q_mean": q.detach().mean().item()}
+
+
+def exploration(cfg: DRRNConfig, frames: int) -> Exploration:
+    """The training exploration after `frames` frames: softmax, or epsilon on its linear schedule."""
+    if cfg.exploration == "softmax":
+        return Exploration("softmax", cfg.temperature)
+    return Exploration("epsilon", epsilon=linear_epsilon(frames, cfg.epsilon_start, cfg.epsilon_end,
+                                                         cfg.epsilon_decay_frames))
 
 
 @holds_run_lock
@@ -90,9 +101,9 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
         row_start = time.time()
         finished, stats = [], []
 
-        # ---- 1. act epsilon-greedily in N envs, store the transitions, learn every train_every steps
+        # ---- 1. act in N envs, store the transitions, learn every train_every steps
         for _ in range(steps_per_row):
-            agent.epsilon = linear_epsilon(frames, d.epsilon_start, d.epsilon_end, d.epsilon_decay_frames)
+            agent.exploration = exploration(d, frames)
             s = step(envs, agent, obs)
             next_ids = agent.encode(s.next_obs, range(N))                 # (N, L), histories still hold o
             cut = np.flatnonzero(s.truncated & ~s.terminated)
@@ -105,7 +116,7 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
             obs = s.next_obs
             frames += N
             if frames >= d.learning_starts and (frames // N) % d.train_every == 0:
-                stats.append(q_learning_step(network, target, optimizer, memory, d))
+                stats.append(q_learning_step(network, target, agent.action_ids, optimizer, memory, d))
                 grad_steps += 1
                 if grad_steps % d.target_update_every == 0:
                     target.load_state_dict(network.state_dict())
@@ -119,7 +130,7 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
             **episode_stats([e.episode_return for e in finished], [e.episode_length for e in finished],
                             [e.success for e in finished]),
             **{k: float(np.mean([st[k] for st in stats])) for k in ("loss", "grad_norm", "q_mean") if stats},
-            "epsilon": agent.epsilon,
+            "epsilon": agent.exploration.epsilon,
         }
         logger.log(metrics)
         if update % cfg.run.checkpoint_every == 0 or update == num_rows:

@@ -120,3 +120,23 @@ def test_real_minigrid_view_agent_facing_east():
     env.grid.set(5, 3, None)
     env.carrying = None
     assert describe(env.gen_obs()["image"])[:2] == ["You see a wall 4 steps forward", "You see a wall 3 steps left"]
+
+
+def test_env_faithful_reaches_the_descriptions_of_a_configured_run():
+    # random play of a level with unlocked doors (random toggles open them); `env.faithful` writes GLAM's "a open"
+    from glamrl.config import load_train_config
+
+    texts = {}
+    for faithful in (False, True):
+        envs = load_train_config(None, ["env.id=BabyAI-OpenTwoDoors-v0", "env.num_envs=2",
+                                        f"env.faithful={str(faithful).lower()}"]).env.make_vector_env()
+        obs, _ = envs.reset(seed=4)
+        rng = np.random.default_rng(0)
+        seen = []
+        for _ in range(400):
+            seen += obs["descriptions"][0]
+            obs = envs.step(rng.integers(0, 6, 2))[0]
+        texts[faithful] = " ".join(seen)
+        envs.close()
+    assert " an open " in texts[False] and " a open " not in texts[False]
+    assert " a open " in texts[True] and " an open " not in texts[True]

@@ -1,25 +1,35 @@
-"""DRRN: the double-Q target by hand, the replay ring, learning a small level, resume."""
+"""DRRN: the Q targets by hand, the mission kept in every encoded text, exploration, the replay ring,
+learning a small level, resume."""
 
 import dataclasses
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from glamrl.agents.drrn import DRRNAgent, DRRNetwork, Exploration
 from glamrl.checkpoint import load_checkpoint
-from glamrl.config import AgentConfig, load_train_config
-from glamrl.envs.vocabulary import UNK, VOCABULARY, encode_texts, word_ids
+from glamrl.config import AgentConfig, DRRNConfig, load_train_config
+from glamrl.envs import make_vector_env
+from glamrl.envs.actions import ACTION_NAMES
+from glamrl.envs.vocabulary import PAD, UNK, VOCABULARY, encode_texts, word_ids
+from glamrl.prompts import build_prompt
 from glamrl.rl.dqn import double_q_loss, linear_epsilon
 from glamrl.rl.replay import ReplayMemory
+from glamrl.rollout import step
 from glamrl.runlog import read_log
 from glamrl.train import evaluate_policy
 from glamrl.train_drrn import train_drrn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+ROOT = Path(__file__).resolve().parents[1]
 
-TINY = [
+TINY = [  # epsilon-greedy double Q-learning at a high lr: learns TurnToObject in 1,600 frames
     "agent.kind=drrn", "env.id=BabyAI-TurnToObject-v0", "env.num_envs=8", "env.seed=2",
-    "drrn.embedding_dim=32", "drrn.hidden_size=64", "drrn.learning_starts=160", "drrn.epsilon_decay_frames=800",
-    "drrn.target_update_every=20", "drrn.log_every=400", "run.tensorboard=false",
+    "drrn.embedding_dim=32", "drrn.hidden_size=64", "drrn.learning_starts=160", "drrn.exploration=epsilon",
+    "drrn.epsilon_decay_frames=800", "drrn.double_q=true", "drrn.target_update_every=20", "drrn.lr=1e-3",
+    "drrn.train_every=1", "drrn.reward_scale=10", "drrn.max_tokens=96", "drrn.log_every=400", "run.tensorboard=false",
 ]
 
 
@@ -31,6 +41,11 @@ def test_double_q_target_uses_the_online_argmax_valued_by_the_target():
                          torch.tensor([False, True]), gamma=0.5)
     # targets: 1 + 0.5 * 2 = 2.0 (Q 2.0, error 0); terminated: 0 (Q 0.5, Huber 0.5 * 0.5^2 = 0.125)
     assert loss.item() == pytest.approx((0.0 + 0.125) / 2)
+    # plain Q-learning (GLAM's): the target network's own max values o'
+    plain = double_q_loss(q, next_target, next_target, torch.tensor([1, 0]), torch.tensor([1.0, 0.0]),
+                          torch.tensor([False, False]), gamma=0.5)
+    # targets: 1 + 0.5 * 5 = 3.5 (Q 2.0, Huber 1.5 - 0.5 = 1.0); 0 + 0.5 * 8 = 4.0 (Q 0.5, Huber 3.0)
+    assert plain.item() == pytest.approx((1.0 + 3.0) / 2)
     assert linear_epsilon(0, 1.0, 0.1, 100) == 1.0 and linear_epsilon(50, 1.0, 0.1, 100) == pytest.approx(0.55)
     assert linear_epsilon(500, 1.0, 0.1, 100) == pytest.approx(0.1)
 
@@ -82,3 +97,65 @@ def test_drrn_resume_continues_with_its_replay_memory(tmp_path):
                         progress=False, say=lambda _: None)
     assert result.updates == 2 and load_checkpoint(run)["replay"]["size"] == 320
     assert [r["update"] for r in read_log(run)] == [1, 2]
+
+
+def test_encoded_texts_keep_the_head_whole_and_cut_the_oldest_words():
+    encoded = encode_texts(["red green blue grey purple", "door"], max_tokens=4, heads=["go to", "the red ball key"])
+    assert [VOCABULARY[i] for i in encoded[0]] == ["go", "to", "grey", "purple"]
+    assert [VOCABULARY[i] for i in encoded[1]] == ["the", "red", "ball", "key"]
+
+
+@pytest.mark.parametrize("level", ["BabyAI-MixedTrainLocal-v0", "BabyAI-MixedTestLocal-v0"])
+def test_every_encoded_input_contains_the_mission_and_the_newest_observation(level):
+    # 500 states of random play (the prompts are ~220 words, up to ~470): with a budget shorter than
+    # most texts the action list, the goal and the newest description must all survive the cut.
+    envs = make_vector_env(level, 5)
+    network = DRRNetwork(DRRNConfig(embedding_dim=8, hidden_size=8, max_tokens=120))
+    agent = DRRNAgent(network, 5, ACTION_NAMES, nbr_obs=3, exploration=Exploration("softmax"), seed=0)
+    obs, _ = envs.reset(seed=5)
+    for _ in range(100):
+        ids = agent.encode(obs, range(5))                                      # (5, 120)
+        for i, (row, mission, sentences) in enumerate(zip(ids.tolist(), obs["mission"], obs["descriptions"])):
+            words = [w for w in row if w != PAD]
+            head = word_ids(build_prompt(ACTION_NAMES, mission, [], []))
+            assert words[: len(head)] == head                                  # action list and goal, whole
+            newest = word_ids(agent.histories[i].prompt(ACTION_NAMES, mission, sentences))[-10:]
+            assert words[-10:] == newest                                       # the current observation's end
+        s = step(envs, agent, obs)
+        agent.end_episodes(s.done)
+        obs = s.next_obs
+    envs.close()
+
+
+def test_exploration_distributions_and_sampling():
+    q = torch.tensor([[1.0, 3.0, 2.0]])
+    torch.testing.assert_close(Exploration("softmax", temperature=2.0).probs(q), torch.softmax(q / 2, dim=1))
+    torch.testing.assert_close(Exploration("epsilon", epsilon=0.3).probs(q), torch.tensor([[0.1, 0.8, 0.1]]))
+    assert Exploration("greedy").probs(q).tolist() == [[0.0, 1.0, 0.0]]
+    # the agent's draws follow the distribution it reports
+    envs = make_vector_env("BabyAI-GoToObjS4-v0", 4)
+    agent = DRRNAgent(DRRNetwork(DRRNConfig(embedding_dim=8, hidden_size=8, max_tokens=64)), 4, ACTION_NAMES, 1,
+                      exploration=Exploration("softmax", temperature=0.05), seed=1)
+    obs, _ = envs.reset(seed=1)
+    counts, expected = np.zeros(6), np.zeros(6)
+    for _ in range(500):
+        d = agent.act(obs)
+        np.add.at(counts, d.actions, 1)
+        expected += d.probs.sum(0)
+        agent.end_episodes(np.ones(4, dtype=bool))
+    assert np.abs(counts - expected).max() < 5 * np.sqrt(expected.max())
+    envs.close()
+
+
+def test_drrn_with_softmax_exploration_and_plain_q_target_learns_to_turn(tmp_path):
+    # configs/drrn.yaml (softmax over Q, max_a' Q_target target, reward x 20) on TurnToObject, smaller and
+    # faster: lr 1e-3, one gradient step per vector step of 8 envs.
+    overrides = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=8", "env.seed=2", "drrn.embedding_dim=32",
+                 "drrn.hidden_size=64", "drrn.train_every=1", "drrn.lr=1e-3", "drrn.max_tokens=96",
+                 "drrn.log_every=800", "drrn.total_frames=2400", "run.eval_episodes=100", "run.eval_greedy=true",
+                 "run.tensorboard=false"]
+    cfg = load_train_config(ROOT / "configs" / "drrn.yaml", overrides)
+    assert (cfg.drrn.exploration, cfg.drrn.double_q, cfg.drrn.reward_scale) == ("softmax", False, 20.0)
+    result = train_drrn(cfg, tmp_path / "run", progress=False, say=lambda _: None)
+    print(f"DRRN softmax {result.success_before:.2f} -> {result.success_after:.2f}")
+    assert result.success_after >= 0.9

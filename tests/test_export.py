@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from glamrl.cli import main
 from glamrl.config import ModelConfig, load_train_config
+from glamrl.envs.actions import ACTION_NAMES
 from glamrl.envs.factory import make_env
 from glamrl.agents.factory import restore_model
 from glamrl.export import export_run
@@ -137,9 +138,9 @@ def exported(tmp_path_factory):
 
 
 def run_outputs(run_dir, prompts):
-    _, policy, _ = restore_model(run_dir, device="cpu")
+    cfg, policy, _ = restore_model(run_dir, device="cpu")
     with torch.no_grad():
-        out = policy(prompts)
+        out = policy(prompts, cfg.prompt.actions)
     return out.action_log_likelihoods, out.values
 
 
@@ -177,9 +178,9 @@ def test_training_changed_what_was_exported(exported):
     prompts = some_prompts(read_manifest(exported["llama-lora"][1]).action_names, nbr_obs=2)
     cfg, policy, _ = restore_model(run_dir, device="cpu")
     torch.manual_seed(cfg.env.seed)
-    fresh = LLMPolicy(cfg.model, cfg.prompt.actions)
+    fresh = LLMPolicy(cfg.model)
     with torch.no_grad():
-        assert (fresh(prompts).action_log_likelihoods - policy(prompts).action_log_likelihoods).abs().max() > 1e-3
+        assert (fresh(prompts, ACTION_NAMES).action_log_likelihoods - policy(prompts, ACTION_NAMES).action_log_likelihoods).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("name", ["llama-lora", "t5-full"])
@@ -187,10 +188,9 @@ def test_glamrl_loads_an_export_with_its_value_head(exported, name):
     run_dir, out = exported[name]
     prompts = some_prompts(read_manifest(out).action_names, nbr_obs=2)
     manifest = read_manifest(out)
-    policy = LLMPolicy(ModelConfig(name=str(out), device="cpu", normalize_by_length=manifest.normalize_by_length),
-                       manifest.action_names)
+    policy = LLMPolicy(ModelConfig(name=str(out), device="cpu", normalize_by_length=manifest.normalize_by_length))
     with torch.no_grad():
-        loaded = policy(prompts)
+        loaded = policy(prompts, manifest.action_names)
     ll, values = run_outputs(run_dir, prompts)
     torch.testing.assert_close(loaded.action_log_likelihoods, ll, atol=1e-5, rtol=0)
     torch.testing.assert_close(loaded.values, values, atol=1e-5, rtol=0)
@@ -212,7 +212,7 @@ def test_a_run_continues_from_an_export(exported, tmp_path):
     _, out = exported["llama-lora"]
     cfg = load_train_config(None, [*TINY, f"model.name={out}", "model.lora=true"])
     torch.manual_seed(0)
-    policy = LLMPolicy(cfg.model, cfg.prompt.actions)
+    policy = LLMPolicy(cfg.model)
     heads = load_file(out / HEADS_FILE)
     assert torch.equal(policy.value_head.mlp[0].weight, heads["value_head.mlp.0.weight"])
     result = train(cfg, tmp_path / "continued", progress=False, say=lambda _: None)
@@ -270,13 +270,13 @@ def test_npae_action_heads_travel_with_the_export(tmp_path):
     export_run(tmp_path / "run", tmp_path / "out")
     assert "action_heads.mlp.4.weight" in load_file(tmp_path / "out" / HEADS_FILE)
     prompts = some_prompts(cfg.prompt.actions, nbr_obs=2)
-    policy = LLMPolicy(ModelConfig(name=str(tmp_path / "out"), device="cpu", use_action_heads=True), cfg.prompt.actions)
+    policy = LLMPolicy(ModelConfig(name=str(tmp_path / "out"), device="cpu", use_action_heads=True))
     with torch.no_grad():
-        loaded, trained = policy(prompts), restore_model(tmp_path / "run", device="cpu")[1](prompts)
+        loaded, trained = policy(prompts, ACTION_NAMES), restore_model(tmp_path / "run", device="cpu")[1](prompts, ACTION_NAMES)
     torch.testing.assert_close(loaded.log_probs, trained.log_probs, atol=1e-5, rtol=0)
     torch.testing.assert_close(loaded.values, trained.values, atol=1e-5, rtol=0)
     with pytest.raises(PolicyStateError, match="use_action_heads=true"):
-        LLMPolicy(ModelConfig(name=str(tmp_path / "out"), device="cpu"), cfg.prompt.actions)
+        LLMPolicy(ModelConfig(name=str(tmp_path / "out"), device="cpu"))
 
 
 def test_model_card_lists_the_evaluations_saved_in_the_run(exported, tmp_path, capsys):

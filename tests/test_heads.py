@@ -18,13 +18,13 @@ def test_head_shapes():
 
 def _policy(name: str = "tiny-llama", **kw) -> LLMPolicy:
     torch.manual_seed(0)
-    return LLMPolicy(ModelConfig(name=name, device="cpu", **kw), ACTION_NAMES)
+    return LLMPolicy(ModelConfig(name=name, device="cpu", **kw))
 
 
 def test_scoring_policy_output_and_gradients():
     for name in ("tiny-llama", "tiny-t5"):
         policy = _policy(name)
-        out = policy(PROMPTS)
+        out = policy(PROMPTS, ACTION_NAMES)
         assert out.log_probs.shape == out.action_log_likelihoods.shape == (2, 6) and out.values.shape == (2,)
         torch.testing.assert_close(out.log_probs.exp().sum(-1), torch.ones(2))
         torch.testing.assert_close(out.log_probs, out.action_log_likelihoods.log_softmax(-1))
@@ -36,13 +36,13 @@ def test_scoring_policy_output_and_gradients():
 def test_per_call_action_names_change_the_scores():
     policy = _policy()
     with torch.inference_mode():
-        assert not torch.allclose(policy(PROMPTS).log_probs, policy(PROMPTS, SYNONYM_ACTION_NAMES).log_probs)
+        assert not torch.allclose(policy(PROMPTS, ACTION_NAMES).log_probs, policy(PROMPTS, SYNONYM_ACTION_NAMES).log_probs)
 
 
 def test_action_heads_path():
     for name in ("tiny-llama", "tiny-t5"):
         policy = _policy(name, use_action_heads=True)
-        out = policy(PROMPTS)
+        out = policy(PROMPTS, ACTION_NAMES)
         assert out.action_log_likelihoods is None and out.log_probs.shape == (2, 6)
         torch.testing.assert_close(out.log_probs, policy.action_heads(policy.scorer(PROMPTS, None).hidden).log_softmax(-1))
         out.log_probs[:, 0].sum().backward()

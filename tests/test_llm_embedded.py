@@ -21,12 +21,12 @@ pytestmark = pytest.mark.slow
 def policy():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
-        return LLMPolicy(ModelConfig(name="smollm2-135m", device="cpu"), ACTION_NAMES)
+        return LLMPolicy(ModelConfig(name="smollm2-135m", device="cpu"))
 
 
 def test_embedded_model_scores_a_prompt(policy):
     with torch.inference_mode():
-        out = policy([PROMPT, PROMPT[:120] + " \n Action 0: "])
+        out = policy([PROMPT, PROMPT[:120] + " \n Action 0: "], ACTION_NAMES)
         naive = reference_log_likelihoods(policy.scorer, [PROMPT], ACTION_NAMES)
     probs = out.log_probs.exp()
     torch.testing.assert_close(probs.sum(-1), torch.ones(2))

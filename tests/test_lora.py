@@ -13,12 +13,12 @@ PROMPTS = ["Goal of the agent: pick up the green key \n Observation 0: You see a
 
 def _policy(name: str, **kw) -> LLMPolicy:
     torch.manual_seed(0)
-    return LLMPolicy(ModelConfig(name=name, device="cpu", **kw), ACTION_NAMES)
+    return LLMPolicy(ModelConfig(name=name, device="cpu", **kw))
 
 
 def _train_step(policy: LLMPolicy) -> None:
     optimizer = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=0.5)
-    out = policy(PROMPTS)
+    out = policy(PROMPTS, ACTION_NAMES)
     (-out.log_probs[:, 2].sum() + out.values.pow(2).sum()).backward()
     optimizer.step()
 
@@ -47,10 +47,10 @@ def test_save_and_load_round_trip(tmp_path, lora):
     save_checkpoint(tmp_path, {"policy": policy.trainable_state_dict()})
     # LoRA: the base comes from the config (same seed, same tiny base); full: everything comes from the file
     torch.manual_seed(0 if lora else 1)
-    restored = LLMPolicy(config, ACTION_NAMES)
+    restored = LLMPolicy(config)
     restored.load_trainable_state_dict(load_checkpoint(tmp_path)["policy"])
     with torch.no_grad():
-        expected, got = policy(PROMPTS), restored(PROMPTS)
+        expected, got = policy(PROMPTS, ACTION_NAMES), restored(PROMPTS, ACTION_NAMES)
     torch.testing.assert_close(got.values, expected.values)
     torch.testing.assert_close(got.log_probs, expected.log_probs)
 

@@ -25,7 +25,7 @@ def first_minibatch_ratio_dev(overrides: list[str]) -> float:
         "env.id=BabyAI-MixedTrainLocal-v0", "env.num_envs=4", "ppo.num_steps=4", "ppo.minibatch_size=8",
         "ppo.grad_accum=2", "model.device=cpu", *overrides])
     seed_everything(cfg.env.seed)
-    policy = LLMPolicy(cfg.model, cfg.prompt.actions)
+    policy = LLMPolicy(cfg.model)
     envs = cfg.env.make_vector_env()
     agent = make_agent(cfg, policy, envs)
     buffer = RolloutBuffer(cfg.ppo.num_steps, cfg.env.num_envs)

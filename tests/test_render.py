@@ -20,15 +20,29 @@ def test_bot_episode_gif_ends_on_the_outcome(tmp_path, capsys):
     assert gif.n_frames == 2 and gif.size[0] > 600  # one decision, then the final state
 
 
-def test_llm_moments_show_a_distribution_over_the_test_actions():
+def test_llm_moments_show_the_distribution_the_agent_sampled_from():
     torch.set_num_threads(1)
     args = argparse.Namespace(agent="llm", model="tiny-llama", run=None, dtype="float32", device="cpu",
                               greedy=False, seed=1)
-    moments, names = play_episode(TESTS["synonym_actions"], agent_builder(args)[1], seed=5, max_frames=3)
+    build = agent_builder(args)[1]
+    decisions, agents = [], []
+
+    def build_and_keep(envs, test):  # the real agent; its decisions kept to compare with the drawn moments
+        agent = build(envs, test)
+        act = agent.act
+        agent.act = lambda obs: decisions.append(act(obs)) or decisions[-1]
+        agents.append(agent)
+        return agent
+
+    moments, names = play_episode(TESTS["synonym_actions"], build_and_keep, seed=5, max_frames=3)
     assert names[0] == "rotate left" and len(moments) == 3
-    for m in moments:
+    for m, d in zip(moments, decisions):
         assert m.picture.ndim == 3 and m.probs.shape == (6,) and m.probs.sum() == pytest.approx(1, abs=1e-4)
-        assert 0 <= m.action < 6 and m.mission
+        assert 0 <= m.action < 6 and m.mission and m.action == d.actions[0]
+        with torch.inference_mode():  # what is drawn is what the synonyms score, the names the prompt lists
+            scored = agents[0].policy(d.prompts, names).log_probs.exp()[0]
+        assert "rotate left, rotate right, move ahead" in d.prompts[0]
+        torch.testing.assert_close(torch.as_tensor(m.probs, dtype=torch.float32), scored, rtol=0, atol=1e-6)
 
 
 def test_random_png_sheet_and_bad_input(tmp_path, capsys):

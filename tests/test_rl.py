@@ -71,7 +71,7 @@ def test_gradient_accumulation_matches_the_whole_minibatch():
     from glamrl.rl.ppo import accumulate_gradients
 
     torch.manual_seed(0)
-    policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"), ACTION_NAMES)
+    policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"))
     prompts = [f"Goal of the agent: go to the red ball \n Observation 0: You see a wall {i} steps left, \n Action 0: "
                for i in range(6)]
     batch = Batch(prompts, torch.tensor([0, 1, 2, 3, 4, 5]), torch.full((6,), -1.7), torch.zeros(6),

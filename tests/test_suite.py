@@ -55,7 +55,8 @@ def test_substitution_replaces_whole_words_only():
 @pytest.mark.parametrize("name", [n for n in SUITES["all"] if TESTS[n].words])
 def test_each_substitution_reaches_the_prompt(name, llm_builder):
     test = TESTS[name]
-    baseline = TESTS["french" if test.language == "fr" else "no_change"]
+    baseline = TESTS["french" if test.language == "fr" else
+                     "synonym_actions" if test.actions == SYNONYM_ACTION_NAMES else "no_change"]
     substitute = WordSubstitution(test.words)
     protected = WordSubstitution({old: "" for old, new in test.words.items() if old == new})  # "fermée à clef"
     seen = set()
@@ -70,12 +71,18 @@ def test_each_substitution_reaches_the_prompt(name, llm_builder):
     assert len(seen) >= 3, f"{name}: the seeds exercise too few substitutions ({seen})"
 
 
-@pytest.mark.parametrize(("name", "header"), [("intro_first_person", "I would like the agent to go to"),
-                                              ("intro_second_person", "You have to go to")])
-def test_intro_tests_change_the_goal_header(name, header, llm_builder):
+@pytest.mark.parametrize(("name", "header", "replaced"), [
+    ("intro_first_person", " \n I would like the agent to: go to", "Goal of the agent"),
+    ("intro_second_person", " \n You have to: go to", "Goal of the agent"),
+    ("synonym_actions_intro_second_person", " \n You have to: go to", "Goal of the agent"),
+    ("french_intro_first_person", " \n Je veux que l'agent fasse: aller à", "But de l'agent"),
+    ("french_intro_second_person", " \n Tu dois faire: aller à", "But de l'agent"),
+])
+def test_intro_tests_change_the_goal_header_and_keep_its_colon(name, header, replaced, llm_builder):
+    # GLAM's tests replace "Goal of the agent" and keep the colon: " \n You have to: go to the green ball"
     prompts = first_prompts(TESTS[name], llm_builder)
     assert any(header in p for p in prompts)
-    assert not any("Goal of the agent" in p for p in prompts)
+    assert not any(replaced in p for p in prompts)
 
 
 def test_french_prompt_has_no_english_word(llm_builder):
@@ -89,7 +96,7 @@ def test_synonym_actions_map_back_to_the_env_actions(llm_builder):
     test = TESTS["synonym_actions"]
     envs = test.make_envs(1)
     agent = llm_builder(envs, test)
-    assert agent.action_names == list(SYNONYM_ACTION_NAMES) == list(envs.envs[0].action_names)
+    assert agent.action_names == SYNONYM_ACTION_NAMES == envs.envs[0].action_names
     assert "rotate left" in agent.prompts(envs.reset(seed=3)[0], [0])[0]
     level = envs.envs[0].unwrapped
     for name, turn in [("rotate left", -1), ("rotate right", 1)]:
@@ -162,3 +169,67 @@ def test_suite_errors_are_one_line_before_any_episode(tmp_path, capsys, args, me
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1
     assert "no_change" not in out  # no test ran
+
+
+def listed_actions(prompt: str) -> list[str]:
+    """The action names a prompt lists after its first header ("Possible action of the agent: a, b ...")."""
+    head = prompt.split(" \n ", 1)[0]
+    return [name.strip() for name in head.split(":", 1)[1].split(",")]
+
+
+@pytest.mark.parametrize("name", ["no_change", "synonym_actions", "french", "synonym_actions_invented_words",
+                                  "french_intro_second_person"])
+def test_llm_agent_scores_the_names_its_prompts_list(name, llm_builder):
+    test = TESTS[name]
+    envs = test.make_envs(2)
+    agent = llm_builder(envs, test)
+    obs, _ = envs.reset(seed=7)
+    decision = agent.act(obs)
+    listed = listed_actions(decision.prompts[0])
+    assert listed == list(test.action_names(ACTION_NAMES)) == list(agent.action_names)
+    with torch.inference_mode():
+        direct = agent.policy(decision.prompts, listed).log_probs.exp()              # (2, 6)
+        training_names = agent.policy(decision.prompts, ACTION_NAMES).log_probs.exp()
+    torch.testing.assert_close(torch.as_tensor(decision.probs), direct, rtol=0, atol=1e-6)
+    torch.testing.assert_close(decision.log_probs, direct.log().gather(1, torch.as_tensor(decision.actions)[:, None])
+                               .squeeze(1), rtol=0, atol=1e-5)
+    if listed != list(ACTION_NAMES):  # the test's names are what is scored, not the training names
+        assert (direct - training_names).abs().max() > 1e-3
+    envs.close()
+
+
+@pytest.fixture(scope="module")
+def drrn_builder(tmp_path_factory):
+    from glamrl.config import load_train_config
+    from glamrl.train_drrn import train_drrn
+
+    torch.set_num_threads(1)
+    run = tmp_path_factory.mktemp("drrn") / "run"
+    cfg = load_train_config(None, ["agent.kind=drrn", "env.id=BabyAI-MixedTrainLocal-v0", "env.num_envs=2",
+                                   "drrn.total_frames=32", "drrn.log_every=32", "drrn.learning_starts=16",
+                                   "drrn.batch_size=8", "drrn.embedding_dim=16", "drrn.hidden_size=16",
+                                   "run.eval_episodes=0", "run.tensorboard=false"])
+    train_drrn(cfg, run, progress=False, say=lambda _: None)
+    return agent_builder(argparse.Namespace(agent=None, run=run, greedy=False, seed=1))[1]
+
+
+@pytest.mark.parametrize("name", ["synonym_actions", "french", "intro_second_person"])
+def test_drrn_reads_the_modified_prompt_and_encodes_the_new_action_names(name, drrn_builder):
+    from glamrl.envs.vocabulary import PAD, encode_texts, word_ids
+    from glamrl.prompts import build_prompt
+
+    test = TESTS[name]
+    envs = test.make_envs(2)
+    agent = drrn_builder(envs, test)
+    names = test.action_names(ACTION_NAMES)
+    assert agent.action_names == names
+    assert torch.equal(agent.action_ids, encode_texts(names, agent.action_ids.shape[1]))
+    obs, _ = envs.reset(seed=3)
+    decision = agent.act(obs)
+    for ids, mission in zip(decision.prompts, obs["mission"]):
+        head = word_ids(build_prompt(names, mission, [], [], test.language, test.goal_header))
+        assert [i for i in ids.tolist() if i != PAD][: len(head)] == head  # the test's action list and header
+    with torch.no_grad():
+        q = agent.network(torch.stack(decision.prompts), encode_texts(names, agent.action_ids.shape[1]))
+    torch.testing.assert_close(torch.as_tensor(decision.probs), torch.softmax(q, dim=1))
+    envs.close()

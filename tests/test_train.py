@@ -51,7 +51,7 @@ def test_checkpoint_holds_trained_weights_and_resume_continues(tmp_path):
     assert (state["update"], state["frames"]) == (2, 128)
     from glamrl.llm.policy import LLMPolicy
 
-    fresh = LLMPolicy(cfg.model, cfg.prompt.actions).trainable_state_dict()
+    fresh = LLMPolicy(cfg.model).trainable_state_dict()
     assert any(not torch.equal(fresh[k], v) for k, v in state["policy"].items())  # training changed weights
 
     longer = load_train_config(None, [*TINY, "ppo.total_frames=256"])

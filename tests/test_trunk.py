@@ -22,12 +22,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def _policy(name: str, **kw) -> LLMPolicy:
     torch.manual_seed(0)
-    return LLMPolicy(ModelConfig(name=name, device="cpu", train_layers=1, cache_dtype="float32", **kw), ACTION_NAMES)
+    return LLMPolicy(ModelConfig(name=name, device="cpu", train_layers=1, cache_dtype="float32", **kw))
 
 
 def _outputs_and_grads(policy: LLMPolicy, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor, dict]:
     policy.zero_grad(set_to_none=True)
-    out = policy(prompts)
+    out = policy(prompts, ACTION_NAMES)
     (out.log_probs[:, 2].sum() + out.values.sum()).backward()
     grads = {n: p.grad.clone() for n, p in policy.named_parameters() if p.requires_grad}
     return out.log_probs.detach(), out.values.detach(), grads
@@ -41,7 +41,7 @@ def test_cached_path_matches_the_full_forward_with_gradients(name):
     full = _outputs_and_grads(policy, PROMPTS)
     policy.scorer.trunk = trunk
     with torch.inference_mode(), policy.collecting():
-        collected = policy(PROMPTS)
+        collected = policy(PROMPTS, ACTION_NAMES)
     assert len(trunk) == len(PROMPTS)
     cached = _outputs_and_grads(policy, PROMPTS[::-1])  # read from the cache, other batch order
     torch.testing.assert_close(collected.log_probs, full[0], atol=1e-6, rtol=0)
@@ -70,7 +70,7 @@ def test_only_the_top_blocks_norm_and_heads_train(name):
 
 def test_train_layers_beyond_the_model_is_a_named_error():
     with pytest.raises(TrunkError, match="1..2"):
-        LLMPolicy(ModelConfig(name="tiny-llama", device="cpu", train_layers=3), ACTION_NAMES)
+        LLMPolicy(ModelConfig(name="tiny-llama", device="cpu", train_layers=3))
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
@@ -78,35 +78,35 @@ def test_a_reloaded_policy_rebuilds_the_same_cache(name, tmp_path):
     """What a resumed run does: rebuild the policy from its config, load the trained top, collect again."""
     policy = _policy(name)
     with torch.inference_mode(), policy.collecting():
-        policy(PROMPTS)
+        policy(PROMPTS, ACTION_NAMES)
     optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=1e-2)
     _outputs_and_grads(policy, PROMPTS)
     optimizer.step()
     with torch.inference_mode():
-        trained = policy(PROMPTS).log_probs
+        trained = policy(PROMPTS, ACTION_NAMES).log_probs
     saved = {k: v.clone() for k, v in policy.trainable_state_dict().items()}
     torch.manual_seed(0)  # tiny models: the frozen weights come from the seed, as in `glamrl train`
-    resumed = LLMPolicy(policy.config, policy.action_names)
+    resumed = LLMPolicy(policy.config)
     resumed.load_trainable_state_dict(saved)
     assert len(resumed.trunk) == 0
     with torch.inference_mode(), resumed.collecting():
-        rebuilt = resumed(PROMPTS).log_probs
+        rebuilt = resumed(PROMPTS, ACTION_NAMES).log_probs
     torch.testing.assert_close(rebuilt, trained, atol=1e-6, rtol=0)
     for key in policy.trunk._cache:
         torch.testing.assert_close(resumed.trunk._cache[key], policy.trunk._cache[key], atol=0, rtol=0)
     with torch.inference_mode():
-        assert not torch.allclose(trained, _policy(name)(PROMPTS).log_probs)  # the step changed the top
+        assert not torch.allclose(trained, _policy(name)(PROMPTS, ACTION_NAMES).log_probs)  # the step changed the top
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
 def test_a_batch_of_hits_and_misses_runs_the_trunk_on_the_misses_only(name):
     policy = _policy(name)
     with torch.inference_mode():
-        expected = policy(PROMPTS).log_probs
+        expected = policy(PROMPTS, ACTION_NAMES).log_probs
         with policy.collecting():
-            policy(PROMPTS[:2])
+            policy(PROMPTS[:2], ACTION_NAMES)
         before = policy.trunk.misses
-        mixed = policy(PROMPTS[::-1]).log_probs  # PROMPTS[2] misses, the other two hit
+        mixed = policy(PROMPTS[::-1], ACTION_NAMES).log_probs  # PROMPTS[2] misses, the other two hit
     assert policy.trunk.misses == before + 1
     torch.testing.assert_close(mixed, expected.flip(0), atol=1e-6, rtol=0)
 
@@ -117,14 +117,14 @@ def test_entries_outlive_their_rollout_within_the_budget_least_recently_used_out
     with torch.inference_mode():
         for prompt in PROMPTS:  # three rollouts, one prompt each
             with policy.collecting():
-                policy([prompt])
+                policy([prompt], ACTION_NAMES)
         assert len(trunk) == 3 and trunk.nbytes < 2**20
         with policy.collecting():  # all three seen before: no trunk pass
             misses = trunk.misses
-            policy(PROMPTS)
+            policy(PROMPTS, ACTION_NAMES)
             assert trunk.misses == misses
-        policy([PROMPTS[2]])  # use order now: PROMPTS[1], PROMPTS[2], PROMPTS[0]
-        policy([PROMPTS[0]])
+        policy([PROMPTS[2]], ACTION_NAMES)  # use order now: PROMPTS[1], PROMPTS[2], PROMPTS[0]
+        policy([PROMPTS[0]], ACTION_NAMES)
         trunk.budget_bytes = trunk.nbytes - 1
         trunk.shrink()
         assert len(trunk) == 2 and PROMPTS[1] not in {key[0] for key in trunk._cache}

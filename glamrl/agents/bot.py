@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -9,6 +10,7 @@ from gymnasium.vector import SyncVectorEnv
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from glamrl.agents.base import Decision
+from glamrl.envs.actions import ACTION_NAMES
 
 
 class BotAgent:
@@ -19,8 +21,9 @@ class BotAgent:
     (a `SyncVectorEnv`), and assumes every action it suggested was taken.
     """
 
-    def __init__(self, envs: SyncVectorEnv) -> None:
+    def __init__(self, envs: SyncVectorEnv, action_names: Sequence[str] = ACTION_NAMES) -> None:
         self.levels = [env.unwrapped for env in envs.envs]
+        self.action_names = tuple(action_names)  # labels only: the bot plans from the level, not from text
         self.bots: list[BabyAIBot | None] = [None] * len(self.levels)
 
     def act(self, obs: dict[str, Any]) -> Decision:
@@ -29,7 +32,7 @@ class BotAgent:
             if self.bots[i] is None:
                 self.bots[i] = BabyAIBot(level)
             actions[i] = self.bots[i].replan()
-        return Decision(actions=actions)
+        return Decision(actions, probs=np.eye(len(ACTION_NAMES))[actions])  # the bot is deterministic
 
     def end_episodes(self, done: np.ndarray) -> None:
         for i in np.flatnonzero(done):

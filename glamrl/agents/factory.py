@@ -12,6 +12,7 @@ all go through here; a new agent kind plugs in by adding a branch to `make_model
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +70,11 @@ def make_model(cfg: TrainConfig) -> nn.Module | None:
     if kind == "llm":
         from glamrl.llm.policy import LLMPolicy
 
-        model = LLMPolicy(cfg.model, cfg.prompt.actions)
+        model = LLMPolicy(cfg.model, len(cfg.prompt.actions))
     elif kind == "drrn":
         from glamrl.agents.drrn import DRRNetwork
 
-        model = DRRNetwork(cfg.drrn, cfg.prompt.actions)
+        model = DRRNetwork(cfg.drrn)
     elif kind == "symbolic":
         from glamrl.agents.symbolic import ACModel
 
@@ -88,30 +89,39 @@ def make_model(cfg: TrainConfig) -> nn.Module | None:
     return model
 
 
-def make_agent(cfg: TrainConfig, model: nn.Module | None, envs: SyncVectorEnv, greedy: bool = False) -> Agent:
-    """The agent of `cfg.agent.kind` acting in `envs` with `model` (from `make_model`); `greedy`: argmax actions."""
+def make_agent(cfg: TrainConfig, model: nn.Module | None, envs: SyncVectorEnv, greedy: bool = False,
+               action_names: Sequence[str] | None = None, goal_header: str | None = None) -> Agent:
+    """The agent of `cfg.agent.kind` acting in `envs` with `model` (from `make_model`); `greedy`: argmax actions.
+
+    Agents that read text (llm, drrn) list `action_names` in their prompts and score or encode
+    exactly those names (default `cfg.prompt.actions`); `goal_header` replaces the prompt's
+    "Goal of the agent" before its colon (None keeps it). The suite's tests change both.
+    """
     kind, n = cfg.agent.kind, envs.num_envs
+    names = tuple(cfg.prompt.actions if action_names is None else action_names)
     if kind == "llm":
         from glamrl.agents.llm import LLMAgent
 
-        return LLMAgent(model, n, cfg.prompt.nbr_obs, cfg.env.language, greedy)
+        return LLMAgent(model, n, names, cfg.prompt.nbr_obs, cfg.env.language, greedy, goal_header)
     if kind == "drrn":
-        from glamrl.agents.drrn import DRRNAgent
+        from glamrl.agents.drrn import DRRNAgent, Exploration
 
-        epsilon = 0.0 if greedy else cfg.drrn.eval_epsilon  # the training loop sets its own schedule
-        return DRRNAgent(model, n, cfg.prompt.nbr_obs, cfg.env.language, epsilon=epsilon, seed=cfg.env.seed)
+        d = cfg.drrn  # evaluation; the training loop sets its own epsilon schedule
+        exploration = Exploration("greedy") if greedy else Exploration(d.exploration, d.temperature, d.eval_epsilon)
+        return DRRNAgent(model, n, names, cfg.prompt.nbr_obs, cfg.env.language, goal_header, exploration,
+                         seed=cfg.env.seed)
     if kind == "symbolic":
         from glamrl.agents.symbolic import SymbolicAgent
 
-        return SymbolicAgent(model, n, greedy)
+        return SymbolicAgent(model, n, names, greedy)
     if kind == "random":
         from glamrl.agents.random import RandomAgent
 
-        return RandomAgent(n, seed=cfg.env.seed)
+        return RandomAgent(n, names, seed=cfg.env.seed)
     if kind == "bot":
         from glamrl.agents.bot import BotAgent
 
-        return BotAgent(envs)
+        return BotAgent(envs, names)
     raise AgentKindError(f"unknown agent kind {kind!r}; known kinds: {', '.join(AGENT_KINDS)}")
 
 

@@ -15,21 +15,25 @@ from glamrl.transfer import to_host
 
 
 class LLMAgent:
-    """Keeps each env's prompt history and asks `policy` for pi(a | prompt) and V(prompt) over its action names."""
+    """Keeps each env's prompt history and asks `policy` for pi(a | prompt) and V(prompt).
+
+    `action_names` are both the names its prompts list and the candidates it scores: the one
+    home of the words the agent acts with (the PPO update and `glamrl play` read them here).
+    """
 
     def __init__(
         self,
         policy: LLMPolicy,
         num_envs: int,
+        action_names: Sequence[str],
         nbr_obs: int = 3,
         language: str = "en",
         greedy: bool = False,
         goal_header: str | None = None,
-        action_names: Sequence[str] | None = None,
     ) -> None:
         self.policy = policy
-        self.goal_header = goal_header  # None: the language's "Goal of the agent:"
-        self.action_names = list(policy.action_names if action_names is None else action_names)
+        self.goal_header = goal_header  # None: the language's "Goal of the agent"
+        self.action_names = tuple(action_names)
         self.language = language
         self.greedy = greedy
         self.histories = [PromptHistory(nbr_obs) for _ in range(num_envs)]
@@ -44,7 +48,7 @@ class LLMAgent:
     @torch.inference_mode()
     def act(self, obs: dict[str, Any]) -> Decision:
         prompts = self.prompts(obs, range(len(self.histories)))
-        out = self.policy(prompts)
+        out = self.policy(prompts, self.action_names)
         log_probs = out.log_probs.float()                                  # (N, A)
         if self.greedy:
             actions = log_probs.argmax(dim=1)                              # (N,)
@@ -52,10 +56,10 @@ class LLMAgent:
             actions = torch.multinomial(log_probs.exp(), 1).squeeze(1)     # (N,)
         chosen = log_probs.gather(1, actions[:, None]).squeeze(1)         # (N,)
         # the step's one host-device synchronisation: actions, log-probs and values come back together
-        actions, chosen, values = to_host(actions, chosen, out.values.float())
+        actions, probs, chosen, values = to_host(actions, log_probs.exp(), chosen, out.values.float())
         for history, sentences, a in zip(self.histories, obs["descriptions"], actions.tolist()):
             history.record(sentences, self.action_names[a])
-        return Decision(actions.numpy(), chosen, values, prompts)
+        return Decision(actions.numpy(), probs.numpy(), chosen, values, prompts)
 
     @torch.inference_mode()
     def values(self, obs: dict[str, Any], envs: Sequence[int]) -> torch.Tensor:

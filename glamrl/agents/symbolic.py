@@ -141,9 +141,11 @@ class ACModel(nn.Module):
 class SymbolicAgent:
     """Acts in N envs from the symbolic view; keeps each env's LSTM memory (if any) over its episode."""
 
-    def __init__(self, model: ACModel, num_envs: int, greedy: bool = False) -> None:
+    def __init__(self, model: ACModel, num_envs: int, action_names: Sequence[str] = ACTION_NAMES,
+                 greedy: bool = False) -> None:
         self.model = model
         self.greedy = greedy
+        self.action_names = tuple(action_names)  # labels only: the symbolic agent reads no text
         self.memory = torch.zeros(num_envs, model.memory_size)            # (N, memory_size)
 
     def items(self, obs: dict[str, Any], envs: Sequence[int]) -> list[tuple[Tensor, Tensor, Tensor]]:
@@ -160,7 +162,7 @@ class SymbolicAgent:
         log_probs = F.log_softmax(logits, dim=-1)                                        # (N, A)
         actions = log_probs.argmax(1) if self.greedy else torch.multinomial(log_probs.exp(), 1).squeeze(1)
         chosen = log_probs.gather(1, actions[:, None]).squeeze(1)                       # (N,)
-        return Decision(actions.numpy(), chosen, values, items)
+        return Decision(actions.numpy(), log_probs.exp().numpy(), chosen, values, items)
 
     @torch.no_grad()
     def values(self, obs: dict[str, Any], envs: Sequence[int]) -> Tensor:

@@ -10,3 +10,8 @@ FRENCH_ACTION_NAMES: tuple[str, ...] = (
     "tourner à gauche", "tourner à droite", "aller tout droit", "attraper", "lâcher", "basculer",
 )
 """French names (same order), as in GLAM's French experiment."""
+
+
+def action_names(language: str) -> tuple[str, ...]:
+    """The default action names of `language` ("en" or "fr")."""
+    return FRENCH_ACTION_NAMES if language == "fr" else ACTION_NAMES

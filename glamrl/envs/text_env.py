@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES
+from glamrl.envs.actions import ACTION_NAMES, action_names
 from glamrl.envs.describe import LANGUAGES, UnknownLanguageError, describe
 from glamrl.envs.missions import french_mission
 from glamrl.errors import GlamrlError
@@ -86,7 +86,7 @@ class BabyAITextEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.faithful = faithful
         self.observation_space = text_observation_space()
         self.action_space = spaces.Discrete(len(ACTION_NAMES))
-        self.action_names: tuple[str, ...] = FRENCH_ACTION_NAMES if language == "fr" else ACTION_NAMES
+        self.action_names: tuple[str, ...] = action_names(language)
         self._mission = ""
         self._return = 0.0
         self._length = 0

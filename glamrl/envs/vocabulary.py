@@ -38,10 +38,16 @@ def word_ids(text: str) -> list[int]:
     return [WORD_IDS.get(token, UNK) for token in _TOKEN.findall(text.lower())]
 
 
-def encode_texts(texts: Sequence[str], max_tokens: int) -> torch.Tensor:
-    """(len(texts), max_tokens) int64 ids, `PAD`-padded on the right; longer texts keep their last words."""
+def encode_texts(texts: Sequence[str], max_tokens: int, heads: Sequence[str] | None = None) -> torch.Tensor:
+    """(len(texts), max_tokens) int64 ids, `PAD`-padded on the right; longer texts keep their last words.
+
+    With `heads`, row i reads heads[i] then texts[i]: the whole head always (up to max_tokens),
+    then the newest words of the text that fit, so a cut removes the oldest words of the text.
+    """
     out = torch.full((len(texts), max_tokens), PAD, dtype=torch.long)
     for row, text in enumerate(texts):
-        ids = word_ids(text)[-max_tokens:] or [UNK]
+        head = word_ids(heads[row])[:max_tokens] if heads is not None else []
+        room = max_tokens - len(head)
+        ids = (head + (word_ids(text)[-room:] if room else [])) or [UNK]
         out[row, : len(ids)] = torch.tensor(ids)
     return out

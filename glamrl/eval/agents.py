@@ -20,7 +20,7 @@ from torch import nn
 from glamrl.agents.base import Agent
 from glamrl.agents.factory import AgentKindError, make_agent, make_model, restore_model
 from glamrl.config import AgentConfig, EnvConfig, ModelConfig, PromptConfig, TrainConfig
-from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES
+from glamrl.envs.actions import action_names
 from glamrl.eval.suite import AgentBuilder, SuiteTest
 
 ZERO_SHOT_NBR_OBS = 3  # GLAM's prompt keeps three observations
@@ -37,7 +37,7 @@ def load_eval_model(args: argparse.Namespace) -> tuple[TrainConfig, nn.Module | 
     if args.agent in ("drrn", "symbolic"):
         raise AgentKindError(f"a fresh {args.agent} agent is untrained: give --run with a trained {args.agent} run")
     language = getattr(args, "language", "en")
-    prompt = PromptConfig(nbr_obs=ZERO_SHOT_NBR_OBS, actions=list(FRENCH_ACTION_NAMES if language == "fr" else ACTION_NAMES))
+    prompt = PromptConfig(nbr_obs=ZERO_SHOT_NBR_OBS, actions=list(action_names(language)))
     model, label = ModelConfig(), args.agent
     if args.agent == "llm":
         from glamrl.llm.exported import read_manifest
@@ -68,13 +68,10 @@ def agent_builder(args: argparse.Namespace) -> tuple[str, AgentBuilder]:
     greedy = getattr(args, "greedy", False)
 
     def build(envs: SyncVectorEnv, test: SuiteTest) -> Agent:
-        if cfg.agent.kind == "llm":  # reads the test's words, actions and header
-            from glamrl.agents.llm import LLMAgent
-
-            return LLMAgent(model, envs.num_envs, cfg.prompt.nbr_obs, test.language, greedy,
-                            goal_header=test.goal_header, action_names=test.action_names(cfg.prompt.actions))
+        """The agent reading the test's language, words, action names and goal header (text agents)."""
         return make_agent(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, language=test.language)),
-                          model, envs, greedy)
+                          model, envs, greedy, action_names=test.action_names(cfg.prompt.actions),
+                          goal_header=test.goal_header)
 
     return label, build
 

@@ -11,13 +11,10 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
-from glamrl.agents.base import Agent
 from glamrl.eval.suite import AgentBuilder, SuiteTest
 from glamrl.rollout import step
 
@@ -57,26 +54,6 @@ class Moment:
     outcome: str | None = None      # the last frame's "success, return 0.92"
 
 
-def policy_probabilities(agent: Agent, obs: dict[str, Any]) -> np.ndarray | None:
-    """pi(. | obs) of env 0 for an agent with an LLM policy, without recording the step; None for others."""
-    if not hasattr(agent, "policy"):
-        return None
-    state = torch.get_rng_state()
-    with torch.inference_mode():
-        out = agent.policy(agent.prompts(obs, [0]), agent.action_names)
-    torch.set_rng_state(state)  # showing the probabilities must not change the episode
-    return out.log_probs[0].float().exp().cpu().numpy()
-
-
-def fixed_probabilities(agent: Agent, chosen: int, num_actions: int) -> np.ndarray:
-    """What agents without a policy to show would give: uniform for the random agent, one-hot otherwise (bot)."""
-    from glamrl.agents.random import RandomAgent
-
-    if isinstance(agent, RandomAgent):
-        return np.full(num_actions, 1 / num_actions)
-    return np.eye(num_actions)[chosen]
-
-
 def play_episode(test: SuiteTest, build_agent: AgentBuilder, seed: int,
                  max_frames: int = 200) -> tuple[list[Moment], list[str]]:
     """Run one episode of `test`'s level from `seed`; return its moments and the agent's action names."""
@@ -85,18 +62,16 @@ def play_episode(test: SuiteTest, build_agent: AgentBuilder, seed: int,
     envs = make_vector_env(test.env_id, 1, language=test.language, render_mode="rgb_array",
                            wrapper=lambda env: RecordFrames(test.wrap(env)))
     recorder: RecordFrames = envs.envs[0]
-    names = list(recorder.get_wrapper_attr("action_names"))
     agent = build_agent(envs, test)
-    names = list(getattr(agent, "action_names", names))
+    names = list(agent.action_names)  # text agents: the names they score
     obs, _ = envs.reset(seed=seed)
     agent.end_episodes(np.ones(1, dtype=bool))
     moments: list[Moment] = []
     while len(moments) < max_frames:
         picture = recorder.frames[-1]
-        probs = policy_probabilities(agent, obs)
         s = step(envs, agent, obs)
         action = int(s.decision.actions[0])
-        probs = fixed_probabilities(agent, action, len(names)) if probs is None else probs
+        probs = np.asarray(s.decision.probs[0], dtype=np.float64)  # what the action was drawn from
         moments.append(Moment(picture, obs["mission"][0], obs["descriptions"][0], probs, action))
         if s.done[0]:
             (ep,) = s.episodes

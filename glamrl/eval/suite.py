@@ -13,6 +13,7 @@ Adding a test takes a few lines:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ class SuiteTest:
     actions: tuple[str, ...] | None = None
     """action names replacing the agent's own (before `words` applies); None keeps them."""
     goal_header: str | None = None
-    """replaces the prompt's "Goal of the agent:"; None keeps it."""
+    """replaces the prompt's "Goal of the agent" (its colon stays); None keeps it."""
     language: str = "en"
     """language of the env's descriptions and missions (and of the prompt's headers)."""
     env_id: str = TRAIN_LEVEL
@@ -108,8 +109,19 @@ INVENTED_NOUNS = {"key": "dax", "ball": "xolo", "box": "afze"}
 INVENTED_ADJECTIVES = {"red": "faze", "green": "jatu", "blue": "croh", "purple": "vurst",
                        "yellow": "gakul", "grey": "sil"}
 
-# French: every gender form of a colour maps to one invariable word; the locked-door
-# phrase is protected so that renaming "clef" leaves "fermée à clef" alone.
+# French: every gender form of a colour maps to one word (every noun of BabyAI-Text's French is
+# feminine: clef, balle, boîte, porte); the locked-door phrase is protected so that renaming
+# "clef" leaves "fermée à clef" alone.
+#
+# Where this differs from GLAM's released tests (experiments/post-training_tests.py), we keep the
+# correct French word:
+# - GLAM replaced substrings, so its "gris" -> "argent" also turned "grise" into "argente", and its
+#   "clef" -> "chaise" turned a locked door "fermée à clef" into "fermée à chaise". Here whole words
+#   are replaced: "gris" and "grise" both read "argent", and a locked door stays "fermée à clef".
+# - GLAM's colour synonyms: vermilion, jade, cyan, mauve, dorée, argent. "vermilion" is the English
+#   spelling: we write "vermillon"; the others are GLAM's.
+# - GLAM's French noun and colour maps named only some gender forms ("verte", "bleue", "violette",
+#   "gris" in one map, "grise" in another); here every form of a colour maps to the same word.
 _FR_LOCKED = {"fermée à clef": "fermée à clef", "fermé à clef": "fermé à clef"}
 _FR_COLOURS = {"red": ("rouge",), "green": ("vert", "verte"), "blue": ("bleu", "bleue"),
                "purple": ("violet", "violette"), "yellow": ("jaune",), "grey": ("gris", "grise")}
@@ -126,7 +138,7 @@ def _french_colours(new: Mapping[str, str]) -> dict[str, str]:
 
 FR_OTHER_NAMES = _french_nouns({"key": "chaise", "ball": "table", "box": "voiture"})
 FR_ADJECTIVE_SYNONYMS = _french_colours({"red": "vermillon", "green": "jade", "blue": "cyan",
-                                         "purple": "mauve", "yellow": "ocre", "grey": "argent"})
+                                         "purple": "mauve", "yellow": "dorée", "grey": "argent"})
 FR_INVENTED_NOUNS = _french_nouns(INVENTED_NOUNS)
 FR_INVENTED_ADJECTIVES = _french_colours(INVENTED_ADJECTIVES)
 
@@ -155,6 +167,18 @@ for _name, _description, _words in [
     ("french_invented_words", "French, invented nouns and colours", {**FR_INVENTED_NOUNS, **FR_INVENTED_ADJECTIVES}),
 ]:
     register_test(SuiteTest(_name, _description, _words, FRENCH_ACTION_NAMES, language="fr"), suites=("french", "all"))
+for _name, _header in [("french_intro_first_person", "Je veux que l'agent fasse"),
+                       ("french_intro_second_person", "Tu dois faire")]:
+    register_test(SuiteTest(_name, f'French, goal header "{_header}"', actions=FRENCH_ACTION_NAMES,
+                            goal_header=_header, language="fr"), suites=("french", "all"))
+
+# GLAM's tests with a new action space: the synonym action names under each change of the text
+for _name in ["other_names", "adjective_synonyms", "invented_nouns", "invented_adjectives", "invented_words",
+              "intro_first_person", "intro_second_person"]:
+    _base = TESTS[_name]
+    register_test(dataclasses.replace(_base, name=f"synonym_actions_{_name}", actions=SYNONYM_ACTION_NAMES,
+                                      description=f"synonyms of the action names; {_base.description}"),
+                  suites=("all",))
 
 
 # ------------------------------------------------------------------------- running

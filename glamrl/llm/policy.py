@@ -1,10 +1,12 @@
 """The LLM policy: action scores (or NPAE action heads) and a value head over one language model.
 
-    policy = LLMPolicy(ModelConfig(name="smollm2-135m"), ACTION_NAMES)
-    out = policy(prompts)   # out.log_probs (B, A), out.values (B,)
+    policy = LLMPolicy(ModelConfig(name="smollm2-135m"))
+    out = policy(prompts, ACTION_NAMES)   # out.log_probs (B, A), out.values (B,)
 
 The same call samples actions during collection (under torch.inference_mode()) and
-re-scores them with gradients during the PPO update.
+re-scores them with gradients during the PPO update. The policy holds no action names: the
+candidates are an input of every call, given by the agent that lists them in its prompts
+(`glamrl.agents.llm.LLMAgent.action_names`), so that what a prompt lists is what is scored.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from glamrl.config import ModelConfig
+from glamrl.envs.actions import ACTION_NAMES
 from glamrl.errors import GlamrlError
 from glamrl.llm.exported import read_heads, read_manifest
 from glamrl.llm.heads import ActionHeads, ValueHead
@@ -55,11 +58,11 @@ class PolicyOutput:
 class LLMPolicy(nn.Module):
     """π(a | prompt) = softmax over actions of their text log-likelihood (or of the NPAE heads' logits)."""
 
-    def __init__(self, config: ModelConfig, action_names: Sequence[str]) -> None:
+    def __init__(self, config: ModelConfig, num_actions: int = len(ACTION_NAMES)) -> None:
         super().__init__()
         loaded = load_model(config)
         self.config = config
-        self.action_names = tuple(action_names)
+        self.num_actions = num_actions
         self.device, self.dtype = loaded.device, loaded.dtype
         self.compute_dtype = compute_dtype(config, loaded.device)
         trained_blocks = freeze_trunk(loaded.model, loaded.is_seq2seq, config.train_layers) \
@@ -72,18 +75,17 @@ class LLMPolicy(nn.Module):
                                    max_padding=config.max_padding, trunk=self.trunk)
         hidden_size = loaded.model.get_input_embeddings().embedding_dim
         self.value_head = ValueHead(hidden_size).to(self.device)
-        self.action_heads = (ActionHeads(hidden_size, len(self.action_names)).to(self.device)
+        self.action_heads = (ActionHeads(hidden_size, num_actions).to(self.device)
                              if config.use_action_heads else None)
         if config.pretrained:
             self._load_exported_heads(config.name, hidden_size)
 
-    def forward(self, prompts: Sequence[str], action_names: Sequence[str] | None = None) -> PolicyOutput:
-        """Policy and value for B prompts; `action_names` replaces the candidates' text for this call."""
-        names = self.action_names if action_names is None else tuple(action_names)
-        if len(names) != len(self.action_names):
-            raise ValueError(f"expected {len(self.action_names)} action names, got {len(names)}")
+    def forward(self, prompts: Sequence[str], action_names: Sequence[str]) -> PolicyOutput:
+        """Policy and value for B prompts over the candidates `action_names` (A texts, minigrid order)."""
+        if len(action_names) != self.num_actions:
+            raise ValueError(f"expected {self.num_actions} action names, got {len(action_names)}")
         with self._autocast():
-            scores = self.scorer(prompts, None if self.action_heads is not None else names)
+            scores = self.scorer(prompts, None if self.action_heads is not None else list(action_names))
         hidden = scores.hidden.float()                                             # (B, H)
         logits = self.action_heads(hidden) if self.action_heads is not None else scores.log_likelihoods  # (B, A)
         return PolicyOutput(log_probs=F.log_softmax(logits.float(), dim=-1), values=self.value_head(hidden),

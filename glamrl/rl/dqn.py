@@ -1,4 +1,4 @@
-"""Double Q-learning: the TD loss of a minibatch of transitions, and the exploration schedule."""
+"""Q-learning: the TD loss of a minibatch of transitions (double or plain max target), and the epsilon schedule."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ def double_q_loss(
     terminated: torch.Tensor,     # (B,) bool: o' ends the episode (a time-limit cut is not terminal)
     gamma: float,
 ) -> torch.Tensor:
-    """Huber loss between Q(o, a) and r + gamma * Q_target(o', argmax_a' Q_online(o', a')) (0 after termination)."""
+    """Huber loss between Q(o, a) and r + gamma * Q_target(o', argmax_a' Q_online(o', a')) (0 after termination).
+
+    Given the target's own Q-values as `next_q_online`, the target is plain Q-learning's max_a' Q_target(o', a').
+    """
     q_taken = q.gather(1, actions[:, None]).squeeze(1)                              # (B,)
     with torch.no_grad():
         next_a = next_q_online.argmax(dim=1, keepdim=True)                          # (B, 1)
