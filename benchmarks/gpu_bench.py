@@ -48,7 +48,7 @@ from transformers.utils import logging as transformers_logging
 from benchmarks.train_speed import real_prompts
 from glamrl.agents.factory import make_model
 from glamrl.config import load_train_config
-from glamrl.llm.scorer import attention_kernels
+from glamrl.llm.diagnostics import attention_kernels
 from glamrl.runlog import read_log
 from glamrl.train import train
 

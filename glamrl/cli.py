@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from glamrl.config import AGENT_KINDS
+from glamrl.config import AGENT_KINDS, EnvConfig
 from glamrl.errors import GlamrlError
 
 EXAMPLES = """examples:
@@ -23,6 +23,7 @@ EXAMPLES = """examples:
   glamrl results suite/ --out tables/
   glamrl play --agent llm --run runs/quick --env BabyAI-TurnToObject-v0 --seed 3 --out episode.gif
   glamrl export --run runs/quick --out exports/quick
+  glamrl config ppo          # every field of a config section: type, default, help
 """
 
 
@@ -47,7 +48,9 @@ positive_int, non_negative_int = int_at_least(1), int_at_least(0)
 
 def add_episode_args(parser: argparse.ArgumentParser) -> None:
     """The level and the episodes to run: shared by eval and demos."""
-    parser.add_argument("--env", default="BabyAI-MixedTrainLocal-v0", help="BabyAI-Text level id")
+    parser.add_argument("--env", default=None,
+                        help="BabyAI-Text level id (default BabyAI-MixedTrainLocal-v0; with --suite: the level "
+                             "the tests change the text of, instead of the training level)")
     parser.add_argument("--episodes", type=positive_int, default=100)
     parser.add_argument("--seed", type=non_negative_int, default=1)
     parser.add_argument("--num-envs", type=positive_int, default=4)
@@ -121,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--max-frames", type=positive_int, default=200)
     pp.add_argument("--out", type=Path, default=Path("episode.gif"))
 
+    cf = sub.add_parser("config", help="every config field with its type, default and help")
+    cf.add_argument("section", nargs="?", default=None, help="one section only: env, prompt, model, ppo, ...")
+
     rs = sub.add_parser("results", help="table (Markdown, CSV) and bar chart of suite JSONs over agents and seeds")
     rs.add_argument("inputs", nargs="+", type=Path, help="suite JSONs, or folders searched for them")
     rs.add_argument("--out", type=Path, default=Path("results"), help="folder for results.md, .csv and .png")
@@ -152,6 +158,17 @@ def cmd_play(args: argparse.Namespace) -> None:
     print(f"{label}: {outcome}; {len(images)} frames in {args.out}")
 
 
+def cmd_config(args: argparse.Namespace) -> None:
+    import textwrap
+
+    from glamrl.config import field_help
+
+    for f in field_help(args.section):
+        print(f"{f.key} ({f.type}, default {f.default!r})")
+        if f.help:
+            print(textwrap.fill(f.help, width=100, initial_indent="    ", subsequent_indent="    "))
+
+
 def cmd_results(args: argparse.Namespace) -> None:
     from glamrl.eval.results import write_results
 
@@ -163,6 +180,7 @@ def cmd_results(args: argparse.Namespace) -> None:
 def cmd_eval(args: argparse.Namespace) -> None:
     if args.suite is not None or args.tests is not None:
         return cmd_suite(args)
+    args.env = args.env or EnvConfig.id
     from glamrl.envs import make_vector_env
     from glamrl.rollout import evaluate, format_table
     from glamrl.rundir import check_writable_file
@@ -189,15 +207,19 @@ def cmd_suite(args: argparse.Namespace) -> None:
 
     from glamrl.eval.agents import agent_builder
     from glamrl.eval.output import check_writable, write_json
-    from glamrl.eval.suite import format_header, run_suite, select_tests
+    from glamrl.eval.suite import format_header, on_level, run_suite, select_tests
     from glamrl.train import EVAL_SEED_OFFSET
 
-    tests = select_tests(args.suite, args.tests)
+    tests, skipped = select_tests(args.suite, args.tests), {}
+    if args.env is not None:
+        tests, skipped = on_level(tests, args.env)
     if args.out:
         check_writable(args.out)
     label, build = agent_builder(args)
     seed = args.seed + EVAL_SEED_OFFSET
     print(f"{label}: {len(tests)} tests, {args.episodes} episodes each, evaluation seeds from {seed}")
+    for name, why in skipped.items():
+        print(f"{name}: skipped, does not apply: {why}")
     print(format_header())
     start = time.time()
 
@@ -205,7 +227,7 @@ def cmd_suite(args: argparse.Namespace) -> None:
         if args.out:
             write_json(args.out, {"suite": args.suite or "custom", "agent": label, "seed": args.seed,
                                   "eval_seed": seed, "episodes_per_test": args.episodes,
-                                  "complete": len(results) == len(tests),
+                                  "complete": len(results) == len(tests), "skipped": skipped,
                                   "wall_time_s": round(time.time() - start, 2), "tests": results})
 
     run_suite(tests, build, args.episodes, seed, args.num_envs, progress=True,
@@ -223,6 +245,7 @@ def cmd_demos(args: argparse.Namespace) -> None:
         args.agent = "bot"
     from glamrl.eval.agents import make_eval_agent
 
+    args.env = args.env or EnvConfig.id
     envs = make_vector_env(args.env, args.num_envs, task=args.task, language=args.language)
     agent = make_eval_agent(args, envs)
     actions = action_names(args.language)
@@ -306,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         {"eval": cmd_eval, "train": cmd_train, "demos": cmd_demos, "bc": cmd_bc, "plot": cmd_plot,
-         "results": cmd_results, "play": cmd_play, "export": cmd_export}[args.command](args)
+         "results": cmd_results, "play": cmd_play, "export": cmd_export, "config": cmd_config}[args.command](args)
     except KeyboardInterrupt:
         print("glamrl: interrupted", file=sys.stderr)
         return 130

@@ -8,9 +8,12 @@ message that names the field and says what to change.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
 import math
 import os
+import textwrap
 import types
 import typing
 from collections.abc import Sequence
@@ -231,10 +234,13 @@ class DRRNConfig:
     total_frames: int = 200_000
     """environment steps of the whole run, all envs together."""
     embedding_dim: int = 128
+    """size of the word embeddings (one table for observations and actions)."""
     hidden_size: int = 128
     """size of the GRU states of the observation and action encoders."""
     lr: float = 1e-4
+    """Adam learning rate."""
     gamma: float = 0.9
+    """discount factor of the Q targets, in [0, 1]."""
     batch_size: int = 64
     """transitions per gradient step, drawn uniformly from the replay memory."""
     replay_size: int = 200_000
@@ -255,13 +261,16 @@ class DRRNConfig:
     temperature: float = 1.0
     """softmax temperature over Q (exploration=softmax)."""
     epsilon_start: float = 1.0
+    """epsilon at the first frame (exploration=epsilon)."""
     epsilon_end: float = 0.05
+    """epsilon after epsilon_decay_frames frames (exploration=epsilon)."""
     epsilon_decay_frames: int = 50_000
     """frames over which epsilon falls linearly from epsilon_start to epsilon_end (exploration=epsilon)."""
     eval_epsilon: float = 0.05
     """epsilon when evaluating without --greedy / run.eval_greedy (exploration=epsilon; a greedy
     Q-policy can loop forever)."""
     max_grad_norm: float = 5.0
+    """clip the gradient's global norm to this (GLAM: 5)."""
     reward_scale: float = 20.0
     """the Q targets use reward_scale x the env reward (GLAM: 20)."""
     log_every: int = 1_000
@@ -296,6 +305,7 @@ class SymbolicConfig:
     memory: bool = False
     """add an LSTM memory over time (its state is stored with each transition; no backprop through time)."""
     memory_dim: int = 32
+    """size of the LSTM memory's hidden state (memory=true)."""
 
     def __post_init__(self) -> None:
         _check_positive(self, "symbolic", ("image_dim", "instr_dim", "memory_dim"))
@@ -306,8 +316,11 @@ class BCConfig:
     epochs: int = 1
     """passes over the demonstrations."""
     batch_size: int = 16
+    """demonstration records per optimizer step."""
     lr: float = 1e-4
+    """Adam learning rate."""
     max_grad_norm: float = 1.0
+    """clip the gradient's global norm to this."""
     log_every: int = 10
     """optimizer steps between log rows (and checkpoints)."""
 
@@ -384,6 +397,47 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class FieldHelp:
+    """One config field as `glamrl config` shows it."""
+
+    key: str       # dotted, e.g. "ppo.lr"
+    type: str
+    default: Any
+    help: str      # the field's docstring, "" if it has none
+
+
+def field_help(section: str | None = None) -> list[FieldHelp]:
+    """Every field of every section of `TrainConfig` (or of `section` only), with its docstring read from
+    this module's source (the string under each field)."""
+    sections = {f.name: typing.get_type_hints(TrainConfig)[f.name] for f in dataclasses.fields(TrainConfig)}
+    if section is not None and section not in sections:
+        raise ConfigError(f"unknown config section {section!r}; sections: {', '.join(sections)}")
+    out = []
+    for name, cls in sections.items():
+        if section is not None and name != section:
+            continue
+        docs = _field_docstrings(cls)
+        defaults = cls()
+        for f in dataclasses.fields(cls):
+            hint = typing.get_type_hints(cls)[f.name]
+            type_name = hint.__name__ if isinstance(hint, type) and not typing.get_args(hint) else str(hint)
+            out.append(FieldHelp(f"{name}.{f.name}", type_name, getattr(defaults, f.name), docs.get(f.name, "")))
+    return out
+
+
+def _field_docstrings(cls: type) -> dict[str, str]:
+    """{field: the string literal right under it} in the source of dataclass `cls`."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and \
+                isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
 
 
 def load_train_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:

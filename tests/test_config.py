@@ -57,3 +57,25 @@ def test_glam_paper_settings():
     assert (cfg.env.num_envs, p.num_steps, p.total_frames, p.lr) == (32, 40, 1_500_000, 1e-6)
     assert (p.epochs, p.minibatch_size, p.clip_eps, p.gamma, p.gae_lambda) == (4, 64, 0.2, 0.99, 0.99)
     assert (p.entropy_coef, p.value_coef, p.max_grad_norm, p.reward_scale, cfg.prompt.nbr_obs) == (0.01, 0.5, 0.5, 20.0, 3)
+
+
+def test_config_command_prints_every_field_with_its_type_default_and_help(capsys):
+    from glamrl.cli import main
+
+    assert main(["config", "drrn"]) == 0
+    out = capsys.readouterr().out
+    assert "drrn.exploration (str, default 'softmax')\n    how actions are drawn from Q" in out
+    assert "drrn.temperature (float, default 1.0)" in out and "ppo.lr" not in out
+    assert main(["config"]) == 0
+    every = capsys.readouterr().out
+    for key in ("env.faithful (bool, default False)", "prompt.actions (list[str]", "env.task (str | None, default None)"):
+        assert key in every
+    assert main(["config", "nope"]) == 2
+    assert "unknown config section 'nope'" in capsys.readouterr().err
+
+
+def test_every_config_field_has_a_help_text():
+    from glamrl.config import field_help
+
+    missing = [f.key for f in field_help() if not f.help]
+    assert not missing, f"fields without a docstring under them in glamrl/config.py: {missing}"

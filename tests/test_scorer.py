@@ -9,7 +9,7 @@ from transformers import PreTrainedTokenizerFast
 from glamrl.config import ModelConfig
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.llm import ActionScorer, load_model, reference_log_likelihoods
-from glamrl.llm.scorer import attention_kernels
+from glamrl.llm.diagnostics import attention_kernels
 from glamrl.llm.trunk import FrozenTrunk, freeze_trunk
 
 PROMPTS = [

@@ -233,3 +233,17 @@ def test_drrn_reads_the_modified_prompt_and_encodes_the_new_action_names(name, d
         q = agent.network(torch.stack(decision.prompts), encode_texts(names, agent.action_ids.shape[1]))
     torch.testing.assert_close(torch.as_tensor(decision.probs), torch.softmax(q, dim=1))
     envs.close()
+
+
+def test_suite_on_another_level_moves_the_text_tests_and_says_which_cannot_apply(tmp_path, capsys):
+    from glamrl.cli import main
+
+    out = tmp_path / "suite.json"
+    assert main(["eval", "--agent", "bot", "--env", "BabyAI-GoToObjS4-v0", "--tests", "no_change,french,test_level",
+                 "--episodes", "4", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "test_level: skipped, does not apply: it evaluates its own level BabyAI-MixedTestLocal-v0" in printed
+    data = json.loads(out.read_text())
+    assert list(data["tests"]) == ["no_change", "french"] and list(data["skipped"]) == ["test_level"]
+    assert {t["env"] for t in data["tests"].values()} == {"BabyAI-GoToObjS4-v0"}
+    assert data["tests"]["french"]["language"] == "fr" and data["tests"]["french"]["success_rate"] == 1.0

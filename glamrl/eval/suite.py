@@ -182,6 +182,18 @@ for _name in ["other_names", "adjective_synonyms", "invented_nouns", "invented_a
 
 
 # ------------------------------------------------------------------------- running
+def on_level(tests: Sequence[SuiteTest], env_id: str) -> tuple[list[SuiteTest], dict[str, str]]:
+    """The tests that change the text, moved onto level `env_id`, and {name: why} of those that cannot
+    apply there: a test that is itself a change of level (`test_level`) has no meaning on another level."""
+    moved, skipped = [], {}
+    for test in tests:
+        if test.env_id != TRAIN_LEVEL and test.env_id != env_id:
+            skipped[test.name] = f"it evaluates its own level {test.env_id}, not {env_id}"
+        else:
+            moved.append(dataclasses.replace(test, env_id=env_id))
+    return moved, skipped
+
+
 AgentBuilder = Callable[[SyncVectorEnv, SuiteTest], Agent]
 """Builds the agent evaluated under one test, for that test's envs (see `glamrl.eval.agents`)."""
 

@@ -4,7 +4,8 @@ from glamrl.llm.heads import ActionHeads, ValueHead
 from glamrl.llm.loading import LoadedModel, ModelLoadError, load_model
 from glamrl.llm.lora import LoRAConfigError, apply_lora
 from glamrl.llm.policy import LLMPolicy, PolicyOutput, PolicyStateError
-from glamrl.llm.scorer import ActionScorer, Scores, ScoringError, reference_log_likelihoods
+from glamrl.llm.diagnostics import reference_log_likelihoods
+from glamrl.llm.scorer import ActionScorer, Scores, ScoringError
 
 __all__ = [
     "ActionHeads", "ActionScorer", "LLMPolicy", "LoRAConfigError", "LoadedModel", "ModelLoadError",
