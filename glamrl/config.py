@@ -271,29 +271,35 @@ SYMBOLIC_ARCHS = ("expert_filmcnn", "small")
 
 @dataclass
 class SymbolicConfig:
-    arch: str = "expert_filmcnn"
+    """The symbolic agent's network. The defaults are glamrl's first network (small, no memory), so that run
+    directories written before `arch` and `recurrence` existed read as they were; configs/symbolic.yaml
+    sets GLAM's (expert_filmcnn, 128 wide, memory, recurrence 20), configs/symbolic_small.yaml the fast one."""
+
+    arch: str = "small"
     """the image encoder. expert_filmcnn: BabyAI's, the network GLAM's symbolic PPO baseline trained (the raw
-    3-channel 7x7 view, conv + batch norm stem, two FiLM blocks with batch norm, BabyAI's init of linear layers;
-    ~120 frames/s of PPO on one CPU thread at 128 channels). small: glamrl's fast variant (a bag-of-words cell
-    embedding, no batch norm, residual FiLM blocks, PyTorch's default init; ~1k frames/s at 16 channels)."""
-    image_dim: int = 128
-    """channels of the image encoder (FiLM-conditioned on the mission); BabyAI's and GLAM's 128. With
+    3-channel 7x7 view, conv + batch norm stem, two FiLM blocks with batch norm, BabyAI's init of linear layers).
+    small: glamrl's fast variant (a bag-of-words cell embedding, no batch norm, residual FiLM blocks, PyTorch's
+    default init). Whole PPO on one CPU thread, configs/symbolic.yaml against configs/symbolic_small.yaml:
+    0.55k against 3.0k frames/s (benchmarks/baselines.py --only speed, CPU time, one run)."""
+    image_dim: int = 32
+    """channels of the image encoder (FiLM-conditioned on the mission); BabyAI's and GLAM's: 128. With
     arch=expert_filmcnn, the stem and the first FiLM block keep BabyAI's 128 channels whatever this is."""
-    instr_dim: int = 128
+    instr_dim: int = 32
     """word embedding and mission GRU size (BabyAI: 128)."""
-    memory: bool = True
+    memory: bool = False
     """an LSTM memory over each episode (BabyAI's and GLAM's baseline had one)."""
-    memory_dim: int = 128
+    memory_dim: int = 32
     """LSTM state size (BabyAI: 128)."""
-    recurrence: int = 20
-    """steps the PPO update backpropagates through the memory (BabyAI's and GLAM's 20): each env's rollout is cut
-    into sequences of this many steps, replayed from the memory stored at their first step. 1: every step is
+    recurrence: int = 1
+    """steps the PPO update backpropagates through the memory (BabyAI's and GLAM's: 20): each env's rollout is
+    cut into sequences of this many steps, replayed from the memory stored at their first step. 1: every step is
     re-scored alone from its stored memory (no backpropagation through time). Needs memory=true unless 1, and
     divides ppo.num_steps and ppo.minibatch_size."""
 
     def __post_init__(self) -> None:
         _check_positive(self, "symbolic", ("image_dim", "instr_dim", "memory_dim", "recurrence"))
-        _check(self.arch in SYMBOLIC_ARCHS, f"symbolic.arch must be one of {', '.join(SYMBOLIC_ARCHS)}, got {self.arch!r}")
+        _check(self.arch in SYMBOLIC_ARCHS,
+               f"symbolic.arch must be one of {', '.join(SYMBOLIC_ARCHS)}, got {self.arch!r}")
         _check(self.memory or self.recurrence == 1,
                f"symbolic.recurrence={self.recurrence} backpropagates through the LSTM memory, but symbolic.memory "
                f"is false: set symbolic.memory=true or symbolic.recurrence=1")

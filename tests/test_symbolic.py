@@ -27,7 +27,9 @@ TINY_ENVS = ["env.id=BabyAI-GoToObjS4-v0", "env.num_envs=16", "env.seed=1", "ppo
 TINY = [*TINY_ENVS, "ppo.num_steps=32", "ppo.minibatch_size=128"]
 # 16 envs x 40 steps: two sequences of symbolic.yaml's 20 steps per env; minibatches of 8 sequences
 TINY_40 = [*TINY_ENVS, "ppo.num_steps=40", "ppo.minibatch_size=160"]
-SMALL_DIMS = SymbolicConfig(image_dim=8, instr_dim=8, memory_dim=8)  # expert_filmcnn (its stem stays 128 wide)
+GLAM = SymbolicConfig(arch="expert_filmcnn", image_dim=128, instr_dim=128, memory=True, memory_dim=128,
+                      recurrence=20)
+TINY_GLAM = dataclasses.replace(GLAM, image_dim=8, instr_dim=8, memory_dim=8)  # its stem stays 128 wide
 
 
 def test_symbolic_ppo_learns_go_to_obj_and_beats_random_on_the_same_seeds(tmp_path):
@@ -47,7 +49,8 @@ def test_symbolic_ppo_learns_go_to_obj_and_beats_random_on_the_same_seeds(tmp_pa
 
 
 def test_expert_filmcnn_has_babyai_shapes_and_init():
-    model = ACModel(SymbolicConfig())  # symbolic's defaults: GLAM's 128 / 128 / 128, memory
+    assert load_train_config("configs/symbolic.yaml").symbolic == GLAM
+    model = ACModel(GLAM)
     # BabyAI's expert_filmcnn at 128, counted by hand: stem convs 1,664 + 147,584, their batch norms 2 x 256;
     # per FiLM block conv 147,584 x 2, batch norms 2 x 256, gamma and beta Linear 2 x 16,512; GRU 99,072;
     # LSTMCell 132,096; actor 8,256 + 390; critic 8,256 + 65; plus the word embedding (vocabulary x 128)
@@ -63,6 +66,13 @@ def test_expert_filmcnn_has_babyai_shapes_and_init():
     obs, _ = envs.reset(seed=0)
     images = torch.as_tensor(obs["image"])
     assert model.encode(images, encode_texts(list(obs["mission"]), MISSION_TOKENS)).shape == (2, 128)
+
+
+def test_run_configs_written_before_arch_existed_read_as_the_small_network(tmp_path):
+    old = tmp_path / "config.yaml"  # the symbolic section of a run directory written before arch and recurrence
+    old.write_text("agent:\n  kind: symbolic\nsymbolic:\n  image_dim: 16\n  instr_dim: 32\n  memory: true\n"
+                   "  memory_dim: 32\n")
+    assert load_train_config(old).symbolic == load_train_config("configs/symbolic_small.yaml").symbolic
 
 
 def test_memory_is_carried_per_env_and_cleared_at_episode_end():
@@ -84,7 +94,7 @@ def test_memory_is_carried_per_env_and_cleared_at_episode_end():
 
 def test_acting_uses_batch_norm_running_statistics_and_leaves_them_untouched():
     torch.manual_seed(0)
-    model = ACModel(SMALL_DIMS)  # in train mode, as PPO holds it
+    model = ACModel(TINY_GLAM)  # in train mode, as PPO holds it
     envs = make_vector_env("BabyAI-MixedTrainLocal-v0", 4)
     obs, _ = envs.reset(seed=0)
     agent = SymbolicAgent(model, 4)
@@ -141,7 +151,7 @@ def test_replayed_sequences_reproduce_collection_across_episode_starts(arch):
 
 def test_late_step_loss_reaches_memory_19_steps_back_and_not_across_an_episode_start():
     torch.manual_seed(0)
-    model = ACModel(SMALL_DIMS)  # expert_filmcnn in train mode (batch statistics), as in the PPO update
+    model = ACModel(TINY_GLAM)  # expert_filmcnn in train mode (batch statistics), as in the PPO update
     envs = make_vector_env("BabyAI-MixedTrainLocal-v0", 3)
     obs, _ = envs.reset(seed=0)
     agent = SymbolicAgent(model, 3)

@@ -11,7 +11,8 @@ Two image encoders, `symbolic.arch`:
   + batch norm + ReLU + max-pool 2, conv 3x3 pad 1 (128 → 128) + batch norm + ReLU + max-pool 2
   (7x7 → 8x8 → 4x4 → 2x2). Two FiLM blocks at 2x2, each conv 3x3 + batch norm + ReLU → conv 3x3 →
   gamma(mission) * x + beta(mission) → batch norm → ReLU, without a residual (the second ends in
-  `image_dim` channels), then a max-pool to 1x1. Linear layers start as BabyAI's
+  `image_dim` channels), then a max-pool to 1x1 (BabyAI's ReLU after it changes nothing on ReLU
+  outputs, so it is left out). Linear layers start as BabyAI's
   `initialize_parameters`: weights N(0, 1) with every row scaled to unit norm, biases 0.
 - small: glamrl's fast variant at the same geometry: BabyAI 1.1's bag-of-words cell embedding in
   `image_dim` channels, no batch norm, residual FiLM blocks, PyTorch's default init.
@@ -19,15 +20,19 @@ Two image encoders, `symbolic.arch`:
 Batch norm normalises with its minibatch's statistics in the PPO update (train mode) and with its
 running statistics whenever the agent acts (collection, bootstrap values, evaluation: `SymbolicAgent`
 switches the model to eval mode for it). BabyAI collected in train mode, with the statistics of the
-64 envs' current frames; acting on running statistics keeps the few-env calls (time-limit bootstrap
-values, evaluation) from moving or depending on them. In the update the image encoder runs once
-over a minibatch's frames (BabyAI ran it step by step), so its statistics are those of all its frames.
+64 envs' current frames, and evaluated in eval mode; acting on running statistics keeps the few-env
+calls (time-limit bootstrap values of 1-3 envs) from moving or depending on them, and evaluates the
+policy that collected. The price: on an update's first minibatch PPO's ratio is not 1 (measured after
+4 updates of configs/symbolic.yaml: mean |ratio - 1| 0.04, max 0.19, where BabyAI's way gives 0.016 and
+0.07; both far inside the 0.2 clip). In the update the image encoder runs once over a minibatch's
+frames (BabyAI ran it step by step, over 64), so its statistics are those of all its frames.
 
 Memory (`symbolic.memory`): each env carries an LSTM state across its episode, stored with every
 observation item. With `symbolic.recurrence` R > 1, PPO replays each sequence of R steps from the
 state stored at its first step, carrying the state forward through the network (backpropagation
 through time) and zeroing it where an episode starts inside the sequence; R = 1 re-scores every step
-from its own stored state.
+from its own stored state. (BabyAI also wrote the replayed states back into its batch for the next
+epoch; as sequences always start at the same steps, only their first steps' stored states are read.)
 
 The mission is read with the closed word vocabulary (`glamrl.envs.vocabulary`). It trains with the
 same PPO loop as the LLM (glamrl/train.py): `Decision.prompts` holds each env's observation item
