@@ -294,21 +294,44 @@ class DRRNConfig:
         _check(self.batch_size <= self.replay_size, "drrn.batch_size must be <= drrn.replay_size")
 
 
+SYMBOLIC_ARCHS = ("expert_filmcnn", "small")
+"""The symbolic agent's image encoders (glamrl/agents/symbolic.py)."""
+
+
 @dataclass
 class SymbolicConfig:
+    """The symbolic agent's network. The defaults are glamrl's first network (small, no memory), so that run
+    directories written before `arch` and `recurrence` existed read as they were; configs/symbolic.yaml
+    sets GLAM's (expert_filmcnn, 128 wide, memory, recurrence 20), configs/symbolic_small.yaml the fast one."""
+
+    arch: str = "small"
+    """the image encoder. expert_filmcnn: BabyAI's, the network GLAM's symbolic PPO baseline trained (the raw
+    3-channel 7x7 view, conv + batch norm stem, two FiLM blocks with batch norm, BabyAI's init of linear layers).
+    small: glamrl's fast variant (a bag-of-words cell embedding, no batch norm, residual FiLM blocks, PyTorch's
+    default init). Whole PPO on one CPU thread, configs/symbolic.yaml against configs/symbolic_small.yaml:
+    0.55k against 3.0k frames/s (benchmarks/baselines.py --only speed, CPU time, one run)."""
     image_dim: int = 32
-    """channels of the image encoder (FiLM-conditioned on the mission); BabyAI used 128 on GPU;
-    configs/symbolic.yaml's 16 trains at ~1k frames/s on one CPU thread, 32 at ~0.7k
-    (benchmarks/baselines.py --only speed)."""
+    """channels of the image encoder (FiLM-conditioned on the mission); BabyAI's and GLAM's: 128. With
+    arch=expert_filmcnn, the stem and the first FiLM block keep BabyAI's 128 channels whatever this is."""
     instr_dim: int = 32
-    """word embedding and mission GRU size."""
+    """word embedding and mission GRU size (BabyAI: 128)."""
     memory: bool = False
-    """add an LSTM memory over time (its state is stored with each transition; no backprop through time)."""
+    """an LSTM memory over each episode (BabyAI's and GLAM's baseline had one)."""
     memory_dim: int = 32
-    """size of the LSTM memory's hidden state (memory=true)."""
+    """LSTM state size (BabyAI: 128)."""
+    recurrence: int = 1
+    """steps the PPO update backpropagates through the memory (BabyAI's and GLAM's: 20): each env's rollout is
+    cut into sequences of this many steps, replayed from the memory stored at their first step. 1: every step is
+    re-scored alone from its stored memory (no backpropagation through time). Needs memory=true unless 1, and
+    divides ppo.num_steps and ppo.minibatch_size."""
 
     def __post_init__(self) -> None:
-        _check_positive(self, "symbolic", ("image_dim", "instr_dim", "memory_dim"))
+        _check_positive(self, "symbolic", ("image_dim", "instr_dim", "memory_dim", "recurrence"))
+        _check(self.arch in SYMBOLIC_ARCHS,
+               f"symbolic.arch must be one of {', '.join(SYMBOLIC_ARCHS)}, got {self.arch!r}")
+        _check(self.memory or self.recurrence == 1,
+               f"symbolic.recurrence={self.recurrence} backpropagates through the LSTM memory, but symbolic.memory "
+               f"is false: set symbolic.memory=true or symbolic.recurrence=1")
 
 
 @dataclass
@@ -354,10 +377,15 @@ class RunConfig:
     needs the weights only, in one process."""
     probes: str | None = None
     """YAML file of probe prompts (configs/probes/*.yaml): pi(a | probe) is logged to probes.csv at every update."""
+    max_minutes: float | None = None
+    """PPO: stop cleanly (checkpoint, then the final evaluation) after the first update that ends past this many
+    minutes of this invocation's wall time; running again resumes. None: train up to ppo.total_frames."""
 
     def __post_init__(self) -> None:
         _check(self.eval_episodes >= 0, f"run.eval_episodes must be >= 0 (0 skips evaluation), got {self.eval_episodes}")
         _check(self.checkpoint_every >= 1, f"run.checkpoint_every must be >= 1, got {self.checkpoint_every}")
+        _check(self.max_minutes is None or self.max_minutes > 0,
+               f"run.max_minutes must be > 0 (or null: no time limit), got {self.max_minutes}")
         _check(self.sharding in ("none", "fsdp"), f"run.sharding must be none or fsdp, got {self.sharding!r}")
         _check(not (self.sharding == "fsdp" and self.check_replicas),
                "run.check_replicas compares whole replicas, but with run.sharding=fsdp every rank holds another "
@@ -389,6 +417,21 @@ class TrainConfig:
             _check(self.model.batching == "padded",
                    "run.sharding=fsdp needs model.batching=padded: every rank must run the same forward passes "
                    "in the update")
+        R = self.recurrence
+        _check(self.ppo.num_steps % R == 0,
+               f"symbolic.recurrence ({R}) must divide ppo.num_steps ({self.ppo.num_steps}): each env's rollout is "
+               f"cut into sequences of {R} steps; set ppo.num_steps to a multiple of {R} or change symbolic.recurrence")
+        _check(self.ppo.minibatch_size % R == 0,
+               f"symbolic.recurrence ({R}) must divide ppo.minibatch_size ({self.ppo.minibatch_size}): minibatches "
+               f"are made of whole sequences; set ppo.minibatch_size to a multiple of {R}")
+        _check(self.ppo.minibatch_size // R % self.ppo.grad_accum == 0,
+               f"ppo.grad_accum ({self.ppo.grad_accum}) must divide the {self.ppo.minibatch_size // R} sequences of "
+               f"a minibatch (ppo.minibatch_size / symbolic.recurrence): chunks hold whole sequences")
+
+    @property
+    def recurrence(self) -> int:
+        """Steps per sequence the PPO update replays: symbolic.recurrence for the symbolic agent, else 1 (frames)."""
+        return self.symbolic.recurrence if self.agent.kind == "symbolic" else 1
 
     @property
     def batch_size(self) -> int:

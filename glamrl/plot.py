@@ -48,8 +48,10 @@ def agent_label(run_dir: Path) -> str:
     if kind == "llm":
         npae = model.get("use_action_heads") and model.get("pretrained") is False
         parts = ["npae" if npae else "llm", Path(str(model.get("name", "?"))).stem] + (["lora"] if model.get("lora") else [])
-    elif kind == "symbolic" and (config.get("symbolic") or {}).get("memory"):
-        parts.append("memory")
+    elif kind == "symbolic":
+        symbolic = config.get("symbolic") or {}
+        parts += [symbolic["arch"]] if "arch" in symbolic else []
+        parts += ["memory"] if symbolic.get("memory") else []
     level = str(env.get("id", "")).removeprefix("BabyAI-").removesuffix("-v0")
     return " ".join(parts) + (f" on {level}" if level else "")
 

@@ -122,7 +122,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     sharding.check_launch(cfg.run.sharding)
     state = open_run(cfg, run_dir, resume, "ppo")
     p = cfg.ppo
-    N, T, K = cfg.env.num_envs, p.num_steps, ranks.world_size
+    N, T, K, R = cfg.env.num_envs, p.num_steps, ranks.world_size, cfg.recurrence  # R: steps per replayed sequence
     frames_per_update = cfg.batch_size * K  # all ranks together
 
     # ---- envs, model, optimizer; the config is recorded once all of them could be built
@@ -158,7 +158,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     recent = deque(maxlen=100)  # success of the last episodes, for the progress bar
     bar = tqdm(total=p.total_frames, initial=frames, unit="frame", disable=not progress)
     start_time = time.time() - duration
-    while frames < p.total_frames:  # counted in frames: a resumed run may have another number of ranks
+    session_start, out_of_time = time.time(), False  # run.max_minutes counts this invocation's wall time
+    while frames < p.total_frames and not out_of_time:  # in frames: a resumed run may have another number of ranks
         update_start = time.time()
         finished = []
 
@@ -192,10 +193,11 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         batch = buffer.flatten(advantages, returns)
         b_device = batch.to(device)
 
-        # ---- 4. optimise the policy and value over epochs of minibatches
+        # ---- 4. optimise the policy and value over epochs of minibatches of whole sequences: R consecutive
+        # steps of one env, replayed from the memory stored at their first step (R = 1: single frames)
         stats: list[dict[str, float]] = []  # one entry per forward/backward chunk
         for epoch in range(p.epochs):
-            for mb_idx in torch.randperm(len(batch)).split(p.minibatch_size):
+            for mb_idx in buffer.minibatches(R, p.minibatch_size):                     # (R, S)
                 optimizer.zero_grad(set_to_none=True)
                 try:
                     stats += accumulate_gradients(policy, b_device, mb_idx, agent.action_names, p)
@@ -233,7 +235,9 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
             with sharding.gathered(policy):
                 if probes is not None:
                     probes.record(policy, update, frames)
-        checkpoint = update % cfg.run.checkpoint_every == 0 or frames >= p.total_frames
+        if cfg.run.max_minutes is not None:  # rank 0's clock decides for all ranks
+            out_of_time = distributed.broadcast_object(time.time() - session_start > 60 * cfg.run.max_minutes)
+        checkpoint = update % cfg.run.checkpoint_every == 0 or frames >= p.total_frames or out_of_time
         if checkpoint:  # a sharded policy's whole state is gathered by all ranks onto rank 0
             policy_state, optimizer_state = sharding.full_state(policy, optimizer)
         if not ranks.is_main:

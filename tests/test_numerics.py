@@ -42,7 +42,7 @@ def first_minibatch_ratio_dev(overrides: list[str]) -> float:
                                       buffer.final_values, torch.zeros(cfg.env.num_envs), 0.99, 0.95)
     batch = buffer.flatten(advantages, returns)
     assert len({len(p) for p in batch.prompts}) > 1  # prompts of several lengths: padding differs between phases
-    mb_idx = torch.randperm(len(batch))[:cfg.ppo.minibatch_size]
+    mb_idx = torch.randperm(len(batch))[:cfg.ppo.minibatch_size][None]                 # (1, M): frames
     stats = accumulate_gradients(policy, batch, mb_idx, cfg.prompt.actions, cfg.ppo)
     return max(st["ratio_dev"] for st in stats)
 

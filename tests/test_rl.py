@@ -75,12 +75,12 @@ def test_gradient_accumulation_matches_the_whole_minibatch():
     prompts = [f"Goal of the agent: go to the red ball \n Observation 0: You see a wall {i} steps left, \n Action 0: "
                for i in range(6)]
     batch = Batch(prompts, torch.tensor([0, 1, 2, 3, 4, 5]), torch.full((6,), -1.7), torch.zeros(6),
-                  torch.tensor([1.0, -1.0, 0.5, 2.0, -0.5, 0.0]), torch.ones(6))
+                  torch.tensor([1.0, -1.0, 0.5, 2.0, -0.5, 0.0]), torch.ones(6), torch.zeros(6, dtype=torch.bool))
     grads = []
     for grad_accum in (1, 3):
         policy.zero_grad()
         cfg = PPOConfig(grad_accum=grad_accum, minibatch_size=6, norm_adv=True)
-        accumulate_gradients(policy, batch, torch.tensor([5, 0, 3, 1, 4, 2]), ACTION_NAMES, cfg)
+        accumulate_gradients(policy, batch, torch.tensor([[5, 0, 3, 1, 4, 2]]), ACTION_NAMES, cfg)
         grads.append(torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None]))
     assert grads[0].abs().sum() > 0
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)

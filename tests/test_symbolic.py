@@ -1,4 +1,4 @@
-"""Symbolic PPO (BabyAI's ACModel-like baseline) trained by the same PPO loop as the LLM."""
+"""Symbolic PPO (BabyAI's ACModel: GLAM's expert_filmcnn network, or the small one) trained by the LLM's PPO loop."""
 
 import dataclasses
 
@@ -6,18 +6,30 @@ import pytest
 import torch
 
 from glamrl.agents.factory import make_agent, make_model, restore_agent
-from glamrl.agents.symbolic import MISSION_TOKENS, ACModel
+from glamrl.agents.symbolic import MISSION_TOKENS, ACModel, SymbolicAgent
+from glamrl.checkpoint import load_checkpoint
+from glamrl.cli import main
 from glamrl.config import AgentConfig, SymbolicConfig, load_train_config
 from glamrl.envs import make_vector_env
-from glamrl.envs.vocabulary import PAD, encode_texts
-from glamrl.rollout import evaluate
+from glamrl.envs.vocabulary import PAD, VOCABULARY, encode_texts
+from glamrl.rl.buffer import RolloutBuffer
+from glamrl.rl.gae import compute_gae
+from glamrl.rl.ppo import accumulate_gradients, ppo_loss
+from glamrl.rollout import evaluate, step
 from glamrl.runlog import read_log
 from glamrl.train import evaluate_policy, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TINY = ["env.id=BabyAI-GoToObjS4-v0", "env.num_envs=16", "env.seed=1", "ppo.num_steps=32", "ppo.minibatch_size=128",
-        "ppo.lr=1e-3", "run.tensorboard=false", "run.checkpoint_every=4", "run.eval_episodes=0"]
+CONFIGS = ["configs/symbolic.yaml", "configs/symbolic_small.yaml"]  # GLAM's network, the fast one
+TINY_ENVS = ["env.id=BabyAI-GoToObjS4-v0", "env.num_envs=16", "env.seed=1", "ppo.lr=1e-3", "run.tensorboard=false",
+             "run.checkpoint_every=4", "run.eval_episodes=0"]
+TINY = [*TINY_ENVS, "ppo.num_steps=32", "ppo.minibatch_size=128"]
+# 16 envs x 40 steps: two sequences of symbolic.yaml's 20 steps per env; minibatches of 8 sequences
+TINY_40 = [*TINY_ENVS, "ppo.num_steps=40", "ppo.minibatch_size=160"]
+GLAM = SymbolicConfig(arch="expert_filmcnn", image_dim=128, instr_dim=128, memory=True, memory_dim=128,
+                      recurrence=20)
+TINY_GLAM = dataclasses.replace(GLAM, image_dim=8, instr_dim=8, memory_dim=8)  # its stem stays 128 wide
 
 
 def test_symbolic_ppo_learns_go_to_obj_and_beats_random_on_the_same_seeds(tmp_path):
@@ -25,8 +37,8 @@ def test_symbolic_ppo_learns_go_to_obj_and_beats_random_on_the_same_seeds(tmp_pa
     # symbolic PPO 0.38 untrained -> 0.97 after 5,120 frames (seed 1; seed 2: random 0.40, 0.35 -> 0.81;
     # ~20 s of CPU, ~45 s on a shared 2-core machine).
     tiny = [o for o in TINY if not o.startswith("run.eval_episodes=")]
-    cfg = load_train_config("configs/symbolic.yaml", [*tiny, "symbolic.memory=false", "ppo.total_frames=5120",
-                                                      "run.eval_episodes=200"])
+    cfg = load_train_config("configs/symbolic_small.yaml", [*tiny, "symbolic.memory=false", "ppo.total_frames=5120",
+                                                            "run.eval_episodes=200"])
     result = train(cfg, tmp_path / "run", progress=False, say=lambda _: None)
     random_success = evaluate_policy(dataclasses.replace(cfg, agent=AgentConfig(kind="random")), None)["success_rate"]
     print(f"random {random_success:.2f}, symbolic {result.success_before:.2f} -> {result.success_after:.2f}")
@@ -36,8 +48,35 @@ def test_symbolic_ppo_learns_go_to_obj_and_beats_random_on_the_same_seeds(tmp_pa
     assert len(rows) == 10 and rows[-1]["num_frames_mean"] < rows[0]["num_frames_mean"]
 
 
+def test_expert_filmcnn_has_babyai_shapes_and_init():
+    assert load_train_config("configs/symbolic.yaml").symbolic == GLAM
+    model = ACModel(GLAM)
+    # BabyAI's expert_filmcnn at 128, counted by hand: stem convs 1,664 + 147,584, their batch norms 2 x 256;
+    # per FiLM block conv 147,584 x 2, batch norms 2 x 256, gamma and beta Linear 2 x 16,512; GRU 99,072;
+    # LSTMCell 132,096; actor 8,256 + 390; critic 8,256 + 65; plus the word embedding (vocabulary x 128)
+    words = len(VOCABULARY) * 128
+    assert sum(p.numel() for p in model.parameters()) - words == 1_055_303
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 6  # 2 FiLM, actor and critic 2 each
+    for layer in linears:  # BabyAI's initialize_parameters: unit-norm rows, zero bias
+        torch.testing.assert_close(layer.weight.norm(dim=1), torch.ones(layer.out_features))
+        assert torch.equal(layer.bias, torch.zeros_like(layer.bias))
+    assert not any(block.residual for block in model.film)
+    envs = make_vector_env("BabyAI-MixedTrainLocal-v0", 2)
+    obs, _ = envs.reset(seed=0)
+    images = torch.as_tensor(obs["image"])
+    assert model.encode(images, encode_texts(list(obs["mission"]), MISSION_TOKENS)).shape == (2, 128)
+
+
+def test_run_configs_written_before_arch_existed_read_as_the_small_network(tmp_path):
+    old = tmp_path / "config.yaml"  # the symbolic section of a run directory written before arch and recurrence
+    old.write_text("agent:\n  kind: symbolic\nsymbolic:\n  image_dim: 16\n  instr_dim: 32\n  memory: true\n"
+                   "  memory_dim: 32\n")
+    assert load_train_config(old).symbolic == load_train_config("configs/symbolic_small.yaml").symbolic
+
+
 def test_memory_is_carried_per_env_and_cleared_at_episode_end():
-    cfg = load_train_config("configs/symbolic.yaml", [*TINY, "symbolic.memory=true"])
+    cfg = load_train_config("configs/symbolic.yaml", TINY_40)
     envs = cfg.env.make_vector_env()
     obs, _ = envs.reset(seed=0)
     agent = make_agent(cfg, make_model(cfg), envs)
@@ -53,21 +92,171 @@ def test_memory_is_carried_per_env_and_cleared_at_episode_end():
     assert out.log_probs.shape == (16, 6) and out.values.shape == (16,)
 
 
-def test_short_symbolic_run_with_memory_trains_and_resumes(tmp_path):
+def test_acting_uses_batch_norm_running_statistics_and_leaves_them_untouched():
+    torch.manual_seed(0)
+    model = ACModel(TINY_GLAM)  # in train mode, as PPO holds it
+    envs = make_vector_env("BabyAI-MixedTrainLocal-v0", 4)
+    obs, _ = envs.reset(seed=0)
+    agent = SymbolicAgent(model, 4)
+    before = {name: t.clone() for name, t in model.state_dict().items()}
+    together = agent.values(obs, range(4))
+    alone = agent.values({key: value[2:3] for key, value in obs.items()}, [2])  # a time-limit bootstrap of one env
+    agent.act(obs)
+    assert model.training and all(torch.equal(before[name], t) for name, t in model.state_dict().items())
+    torch.testing.assert_close(alone, together[2:3])  # no batch statistics: one env scores as among four
+
+
+def collect(cfg, model, seed=0):
+    """One rollout as `glamrl train` collects it: the buffer and its flattened batch."""
+    envs = cfg.env.make_vector_env()
+    agent = make_agent(cfg, model, envs)
+    T, N = cfg.ppo.num_steps, cfg.env.num_envs
+    buffer = RolloutBuffer(T, N)
+    obs, _ = envs.reset(seed=seed)
+    for t in range(T):
+        s = step(envs, agent, obs)
+        d = s.decision
+        buffer.add(t, d.prompts, d.actions, d.log_probs, d.values, s.rewards, s.terminated, s.truncated)
+        agent.end_episodes(s.done)
+        obs = s.next_obs
+    envs.close()
+    advantages, returns = compute_gae(buffer.rewards, buffer.values, buffer.terminated, buffer.truncated,
+                                      buffer.final_values, torch.zeros(N), 0.99, 0.99)
+    return buffer, buffer.flatten(advantages, returns)
+
+
+@pytest.mark.parametrize("arch", ["expert_filmcnn", "small"])
+def test_replayed_sequences_reproduce_collection_across_episode_starts(arch):
+    # Before any optimiser step, replaying each 8-step sequence from its first stored memory (zeroed where an
+    # episode starts inside it) gives back the values and log-probs of collection: the memory fed forward is the
+    # one the agent carried. Eval mode: batch norm on running statistics in both phases, so frames are
+    # independent of their minibatch.
+    cfg = load_train_config("configs/symbolic.yaml", [*TINY, "symbolic.recurrence=8", f"symbolic.arch={arch}",
+                                                      "symbolic.image_dim=8", "symbolic.instr_dim=8",
+                                                      "symbolic.memory_dim=8"])
+    torch.manual_seed(0)
+    model = make_model(cfg).eval()
+    buffer, batch = collect(cfg, model)
+    resets_inside = 0
+    with torch.no_grad():
+        for mb_idx in buffer.minibatches(8, cfg.ppo.minibatch_size):                       # (8, 16)
+            flat = mb_idx.reshape(-1)
+            out = model([batch.prompts[i] for i in flat.tolist()], None, batch.resets[mb_idx])
+            torch.testing.assert_close(out.values, batch.values[flat], atol=1e-5, rtol=1e-5)
+            chosen = out.log_probs.gather(1, batch.actions[flat, None]).squeeze(1)
+            torch.testing.assert_close(chosen, batch.log_probs[flat], atol=1e-5, rtol=1e-5)
+            resets_inside += int(batch.resets[mb_idx][1:].sum())
+    assert resets_inside > 10  # GoToObjS4's short episodes start inside many sequences
+
+
+def test_late_step_loss_reaches_memory_19_steps_back_and_not_across_an_episode_start():
+    torch.manual_seed(0)
+    model = ACModel(TINY_GLAM)  # expert_filmcnn in train mode (batch statistics), as in the PPO update
+    envs = make_vector_env("BabyAI-MixedTrainLocal-v0", 3)
+    obs, _ = envs.reset(seed=0)
+    agent = SymbolicAgent(model, 3)
+    steps = []  # 20 steps of 3 envs' items
+    for _ in range(20):
+        d = agent.act(obs)
+        steps.append(d.prompts)
+        obs, *_ = envs.step(d.actions)
+    start = torch.randn(3, model.memory_size, requires_grad=True)  # the memory stored with each sequence's step 0
+    items = [(image, mission, start[s] if i == 0 else memory)
+             for i, row in enumerate(steps) for s, (image, mission, memory) in enumerate(row)]   # step-major
+    resets = torch.zeros(20, 3, dtype=torch.bool)
+    resets[7, 1] = True  # env 1's sequence holds an episode start at step 7
+    out = model(items, None, resets)
+    loss = (out.log_probs.exp()[:, 0] + out.values).view(20, 3)                                 # (R, S)
+    late = torch.autograd.grad(loss[19].sum(), start, retain_graph=True)[0]                     # (3, 2M)
+    assert late[0].abs().sum() > 0 and late[2].abs().sum() > 0  # 19 steps back, through the LSTM
+    assert torch.equal(late[1], torch.zeros_like(late[1]))     # exactly nothing across the episode start
+    before_reset = torch.autograd.grad(loss[6, 1], start)[0]
+    assert before_reset[1].abs().sum() > 0 and torch.equal(before_reset[0], torch.zeros_like(before_reset[0]))
+
+
+def test_recurrence_one_is_the_per_frame_update():
+    # R = 1 (the LLM's path, and symbolic_small's): minibatches are the random split of the T * N frames the loop
+    # drew before sequences existed, the policy gets the two-argument call every policy takes, and the gradients
+    # are those of the per-frame PPO loss.
+    cfg = load_train_config("configs/symbolic_small.yaml", [*TINY_ENVS, "ppo.num_steps=8", "ppo.minibatch_size=48"])
+    torch.manual_seed(0)
+    model = make_model(cfg)
+    buffer, batch = collect(cfg, model)
+    torch.manual_seed(5)
+    per_frame = list(torch.randperm(len(batch)).split(48))
+    torch.manual_seed(5)
+    minibatches = list(buffer.minibatches(1, 48))
+    assert len(minibatches) == len(per_frame) == 3
+    assert all(torch.equal(mb, old[None]) for mb, old in zip(minibatches, per_frame))
+    calls = []
+
+    def policy(*args):
+        calls.append(len(args))
+        return model(*args)
+
+    accumulate_gradients(policy, batch, minibatches[0], cfg.prompt.actions, cfg.ppo)
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    idx = per_frame[0]
+    out = model([batch.prompts[i] for i in idx.tolist()])
+    ppo_loss(out.log_probs, out.values, batch.actions[idx], batch.log_probs[idx], batch.values[idx],
+             batch.advantages[idx], batch.returns[idx], cfg.ppo).loss.backward()
+    assert calls == [2]
+    for got, want in zip(grads, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize(("overrides", "fragments"), [
+    (["ppo.num_steps=30"], ["symbolic.recurrence (20) must divide ppo.num_steps (30)", "multiple of 20"]),
+    (["ppo.minibatch_size=1290"], ["symbolic.recurrence (20) must divide ppo.minibatch_size (1290)"]),
+    (["symbolic.memory=false"], ["symbolic.memory", "symbolic.recurrence=1"]),
+    (["symbolic.arch=resnet"], ["symbolic.arch must be one of expert_filmcnn, small"]),
+])
+def test_bad_recurrence_is_refused_in_one_line(tmp_path, capsys, overrides, fragments):
+    code = main(["train", "--config", "configs/symbolic.yaml", "--run-dir", str(tmp_path / "run"), *overrides])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and all(f in err[0] for f in fragments), err
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_cli_smoke_run_of_each_config(tmp_path, capsys, config):
     run = tmp_path / "run"
-    train(load_train_config("configs/symbolic.yaml", [*TINY, "ppo.total_frames=1024"]), run, progress=False,
-          say=lambda _: None)
-    result = train(load_train_config("configs/symbolic.yaml", [*TINY, "ppo.total_frames=1536"]), run, resume=True,
+    code = main(["train", "--config", config, "--run-dir", str(run), "--no-progress", "env.num_envs=8",
+                 "ppo.minibatch_size=160", "ppo.total_frames=320", "run.eval_episodes=8", "run.tensorboard=false"])
+    assert code == 0 and "trained 1 updates, 320 frames" in capsys.readouterr().out
+    (row,) = read_log(run)
+    assert row["frames"] == 320 and row["entropy"] > 1.5 and (run / "curves.png").exists()
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_short_symbolic_run_with_memory_trains_and_resumes(tmp_path, config):
+    run = tmp_path / "run"
+    first = train(load_train_config(config, [*TINY_40, "ppo.total_frames=1280"]), run, progress=False,
+                  say=lambda _: None)
+    trained = {name: t.clone() for name, t in load_checkpoint(run)["policy"].items()}
+    result = train(load_train_config(config, [*TINY_40, "ppo.total_frames=1920"]), run, resume=True,
                    progress=False, say=lambda _: None)
-    assert result.updates == 3 and [r["update"] for r in read_log(run)] == [1, 2, 3]
+    assert first.updates == 2 and result.updates == 3 and [r["update"] for r in read_log(run)] == [1, 2, 3]
+    assert any(not torch.equal(trained[name], t) for name, t in load_checkpoint(run)["policy"].items())
     envs = make_vector_env("BabyAI-GoToObjS4-v0", 2)
     agent, cfg = restore_agent(run, envs, kind="symbolic")  # what `glamrl eval --run` does
     assert cfg.symbolic.memory and evaluate(envs, agent, 4, seed=0)["episodes"] == 4
 
 
+def test_max_minutes_stops_after_an_update_with_a_checkpoint_and_resumes(tmp_path):
+    run = tmp_path / "run"
+    overrides = [*TINY_ENVS, "ppo.num_steps=32", "ppo.minibatch_size=128", "ppo.total_frames=100000",
+                 "run.max_minutes=1e-6"]
+    first = train(load_train_config("configs/symbolic_small.yaml", overrides), run, progress=False, say=lambda _: None)
+    assert first.updates == 1 and load_checkpoint(run)["update"] == 1  # run.checkpoint_every is 4
+    again = train(load_train_config("configs/symbolic_small.yaml", overrides), run, resume=True, progress=False,
+                  say=lambda _: None)
+    assert again.updates == 2 and again.frames == 1024
+
+
 def test_fast_paths_equal_their_plain_references():
     torch.manual_seed(0)
-    model = ACModel(SymbolicConfig(image_dim=8, instr_dim=8))
+    model = ACModel(SymbolicConfig(arch="small", image_dim=8, instr_dim=8))
     envs = make_vector_env("BabyAI-MixedTrainLocal-v0", 6)
     obs, _ = envs.reset(seed=3)
     images = torch.as_tensor(obs["image"])                                              # (6, 7, 7, 3)

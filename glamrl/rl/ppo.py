@@ -56,25 +56,35 @@ def ppo_loss(
 
 
 def accumulate_gradients(
-    policy: Callable[[list[str], Sequence[str]], Any],
+    policy: Callable[..., Any],
     batch: Batch,
-    mb_idx: torch.Tensor,           # (M,) indices of one minibatch in `batch`
+    mb_idx: torch.Tensor,           # (R, S) indices in `batch` of S sequences of R steps (R = 1: S frames)
     action_names: Sequence[str],
     cfg: PPOConfig,
 ) -> list[dict[str, float]]:
-    """Backward the PPO loss of one minibatch in `cfg.grad_accum` chunks; the gradients
-    equal those of the whole minibatch at once. Returns each chunk's loss terms."""
-    advantages = batch.advantages[mb_idx]                           # (M,)
-    if cfg.norm_adv and len(mb_idx) > 1:  # over the minibatch, not the chunk
+    """Backward the PPO loss of one minibatch in `cfg.grad_accum` chunks of whole sequences; the gradients
+    equal those of the whole minibatch at once (unless the policy normalises over its batch, as batch norm
+    does). Returns each chunk's loss terms.
+
+    The policy scores a list of prompts: `policy(prompts, action_names)` for frames (R = 1), the call
+    every policy takes; sequences (R > 1) go to a recurrent policy as
+    `policy(prompts, action_names, resets)`, prompts step-major (step i of every sequence, then step i + 1)
+    and `resets` (R, C) where its memory restarts from zero, which carries its memory through each
+    sequence from the one stored with the sequence's first prompt.
+    """
+    advantages = batch.advantages[mb_idx]                           # (R, S)
+    if cfg.norm_adv and mb_idx.numel() > 1:  # over the minibatch, not the chunk
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     stats = []
-    for chunk in torch.arange(len(mb_idx)).tensor_split(cfg.grad_accum):
-        idx = mb_idx[chunk]                                          # (C,)
-        out = policy([batch.prompts[i] for i in idx.tolist()], action_names)
-        loss = ppo_loss(out.log_probs.float(), out.values.float(), batch.actions[idx], batch.log_probs[idx],
-                        batch.values[idx], advantages[chunk], batch.returns[idx], cfg)
+    for chunk in torch.arange(mb_idx.shape[1]).tensor_split(cfg.grad_accum):
+        idx = mb_idx[:, chunk]                                       # (R, C)
+        flat = idx.reshape(-1)                                       # (R * C,) step-major
+        prompts = [batch.prompts[i] for i in flat.tolist()]
+        out = policy(prompts, action_names) if len(idx) == 1 else policy(prompts, action_names, batch.resets[idx])
+        loss = ppo_loss(out.log_probs.float(), out.values.float(), batch.actions[flat], batch.log_probs[flat],
+                        batch.values[flat], advantages[:, chunk].reshape(-1), batch.returns[flat], cfg)
         if not torch.isfinite(loss.loss):
             raise FloatingPointError("non-finite PPO loss")
-        (loss.loss * len(idx) / len(mb_idx)).backward()
+        (loss.loss * idx.numel() / mb_idx.numel()).backward()
         stats.append({name: term.item() for name, term in vars(loss).items()})
     return stats
