@@ -124,6 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--max-frames", type=positive_int, default=200)
     pp.add_argument("--out", type=Path, default=Path("episode.gif"))
 
+    xp = sub.add_parser("experiment", help="train several agents at equal frames (resumable), then plot and tabulate")
+    xp.add_argument("file", type=Path, help="experiment YAML (e.g. configs/experiments/cpu_paper.yaml)")
+    xp.add_argument("--task", type=non_negative_int, action="append", default=None,
+                    help="train only this task (run) id; repeatable (SLURM: $SLURM_ARRAY_TASK_ID)")
+    xp.add_argument("--report", action="store_true", help="only the plots and the table of what has run")
+    xp.add_argument("--sbatch", type=Path, default=None, help="write a SLURM array job (one task per run) and stop")
+    xp.add_argument("--time", default="24:00:00", help="--sbatch: the time limit of each task")
+    xp.add_argument("--cpus", type=positive_int, default=8, help="--sbatch: CPUs per task")
+
     cf = sub.add_parser("config", help="every config field with its type, default and help")
     cf.add_argument("section", nargs="?", default=None, help="one section only: env, prompt, model, ppo, ...")
 
@@ -156,6 +165,24 @@ def cmd_play(args: argparse.Namespace) -> None:
     write_episode(images, args.out, "gif" if args.format == "gif" else "png")
     outcome = moments[-1].outcome or f"stopped after {len(moments)} frames"
     print(f"{label}: {outcome}; {len(images)} frames in {args.out}")
+
+
+def cmd_experiment(args: argparse.Namespace) -> None:
+    from glamrl.eval.experiment import load_experiment, report, run_dir, run_tasks, write_sbatch
+
+    experiment = load_experiment(args.file)
+    if args.sbatch is not None:
+        write_sbatch(experiment, args.file, args.sbatch, time=args.time, cpus=args.cpus)
+        print(f"wrote {args.sbatch}: {len(experiment.tasks)} array tasks; submit it with sbatch {args.sbatch}")
+        for i, (spec, seed) in enumerate(experiment.tasks):
+            print(f"  task {i}: {run_dir(experiment, spec, seed)}")
+        return
+    if not args.report:
+        run_tasks(experiment, args.task)
+    if args.task is None or args.report:
+        out = report(experiment)
+        print(out.read_text(), end="")
+        print(f"wrote {out} and the curves beside it")
 
 
 def cmd_config(args: argparse.Namespace) -> None:
@@ -329,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         {"eval": cmd_eval, "train": cmd_train, "demos": cmd_demos, "bc": cmd_bc, "plot": cmd_plot,
-         "results": cmd_results, "play": cmd_play, "export": cmd_export, "config": cmd_config}[args.command](args)
+         "results": cmd_results, "play": cmd_play, "export": cmd_export, "config": cmd_config,
+         "experiment": cmd_experiment}[args.command](args)
     except KeyboardInterrupt:
         print("glamrl: interrupted", file=sys.stderr)
         return 130

@@ -194,11 +194,21 @@ class PPOConfig:
     """GLAM trains on 20 x the env reward."""
     norm_adv: bool = False
     """normalise advantages per minibatch (GLAM does not)."""
+    value_norm: bool = False
+    """the value head predicts returns normalised by running statistics (glamrl/rl/value_norm.py); GLAM does not.
+    Advantages are computed in the returns' own units either way."""
+    value_norm_decay: float = 0.9
+    """per-update decay of the value normalisation's moving averages of the returns' mean and second moment,
+    in [0, 1) (debiased, so the first update's statistics are that rollout's)."""
+    value_lr: float | None = None
+    """learning rate of the value head's parameters (the symbolic agent's critic); null: ppo.lr (GLAM)."""
 
     def __post_init__(self) -> None:
         for name in ("total_frames", "num_steps", "epochs", "minibatch_size", "grad_accum"):
             _check(getattr(self, name) >= 1, f"ppo.{name} must be >= 1")
         _check(self.lr > 0, f"ppo.lr must be > 0, got {self.lr}")
+        _check(self.value_lr is None or self.value_lr > 0, f"ppo.value_lr must be > 0 or null, got {self.value_lr}")
+        _check(0 <= self.value_norm_decay < 1, f"ppo.value_norm_decay must be in [0, 1), got {self.value_norm_decay}")
         for name in ("adam_beta1", "adam_beta2"):
             _check(0 <= getattr(self, name) < 1, f"ppo.{name} must be in [0, 1), got {getattr(self, name)}")
         for name in ("adam_eps", "clip_eps", "max_grad_norm", "reward_scale"):

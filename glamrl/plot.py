@@ -65,7 +65,8 @@ def group_runs(run_dirs: Sequence[str | os.PathLike]) -> list[list[Path]]:
 
 
 def _curve(rows: list[dict[str, float]], x: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    xs = np.array([r.get(x, np.nan) for r in rows])
+    """(x, metric) of the rows that have both; x "minutes" is the wall-clock `duration` in minutes."""
+    xs = np.array([r.get("duration", np.nan) / 60 if x == "minutes" else r.get(x, np.nan) for r in rows])
     ys = np.array([r.get(metric, np.nan) for r in rows])
     keep = ~(np.isnan(xs) | np.isnan(ys))
     return xs[keep], ys[keep]
@@ -83,8 +84,11 @@ def _plot_group(ax: plt.Axes, curves: list[tuple[np.ndarray, np.ndarray]], label
 
 
 def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: str = "frames",
-              metrics: Sequence[str] = ("success_rate", "return_mean")) -> Path:
-    """Plot `metrics` against `x` for the runs, one subplot per metric; return the PNG path.
+              metrics: Sequence[str] = ("success_rate", "return_mean"), labels: dict[Path, str] | None = None,
+              baselines: dict[str, dict[str, float]] | None = None) -> Path:
+    """Plot `metrics` against `x` (a log column, or "minutes" of wall clock) for the runs, one subplot per
+    metric; return the PNG path. `labels` names a group by its first run (default: agent, model, level and
+    run names); `baselines` draws {label: {metric: value}} as horizontal dashed lines (evaluated agents).
 
     Raises `LogNotFoundError` naming the run when a run directory has no log.csv.
     """
@@ -93,9 +97,12 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         for group in groups:
-            label = f"{agent_label(group[0])}: {', '.join(run.name for run in group)}"
+            label = (labels or {}).get(group[0]) or f"{agent_label(group[0])}: {', '.join(run.name for run in group)}"
             _plot_group(ax, [_curve(logs[run], x, metric) for run in group], label)
-        ax.set(xlabel=x, ylabel=metric, title=metric)
+        for name, values in (baselines or {}).items():
+            if metric in values:
+                ax.axhline(values[metric], linestyle="--", color="grey", label=name)
+        ax.set(xlabel="wall-clock minutes" if x == "minutes" else x, ylabel=metric, title=metric)
         ax.grid(alpha=0.3)
     if axes[0][0].get_legend_handles_labels()[0]:  # no curve yet when no episode has ended
         axes[0][0].legend(fontsize="small")

@@ -24,12 +24,13 @@ from tqdm import tqdm
 from glamrl import distributed, sharding
 from glamrl.agents.factory import AgentKindError, make_agent, make_model
 from glamrl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from glamrl.config import TrainConfig, write_config
+from glamrl.config import PPOConfig, TrainConfig, write_config
 from glamrl.errors import GlamrlError
 from glamrl.eval.probes import start_probe_log
 from glamrl.rl.buffer import RolloutBuffer
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients
+from glamrl.rl.value_norm import ValueNormalizer
 from glamrl.rollout import run_episodes, step, summarize
 from glamrl.rundir import holds_run_lock
 from glamrl.runlog import RunLogger, episode_stats
@@ -132,13 +133,16 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         sharding.shard(policy)  # before the optimizer: its parameters become the ranks' shards
     params = [w for w in policy.parameters() if w.requires_grad]
     device = params[0].device  # the PPO loss runs where the model computes
-    optimizer = torch.optim.Adam(params, lr=p.lr, betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps)
+    optimizer = torch.optim.Adam(parameter_groups(policy, p), betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps)
+    value_norm = ValueNormalizer(p.value_norm_decay) if p.value_norm else None
     agent = make_agent(cfg, policy, envs)
     if ranks.is_main:
         write_config(cfg, run_dir)
     update, frames, episodes, duration = 0, 0, 0, 0.0
     if state is not None:
         restore_training(state, policy, optimizer)
+        if value_norm is not None:
+            value_norm.load_state_dict(state["value_norm"])
         update, frames, episodes, duration = state["update"], state["frames"], state["episodes"], state["duration"]
         say(f"resuming {run_dir} after update {update} ({frames} frames)")
     if not sharding.is_sharded(policy):  # shards are cut from the same seeded (or restored) weights
@@ -185,12 +189,19 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         recent.extend(e.success for e in finished)
         collect_time = time.time() - update_start
 
-        # ---- 2. bootstrap value if not done, then GAE
-        advantages, returns = compute_gae(buffer.rewards, buffer.values, buffer.terminated, buffer.truncated,
-                                          buffer.final_values, next_value, p.gamma, p.gae_lambda)  # (T, N)
+        # ---- 2. bootstrap value if not done, then GAE, in the returns' units (with ppo.value_norm the
+        # value head speaks normalised units: denormalise its values, then fold the returns into the statistics)
+        real = value_norm.denormalize if value_norm is not None else (lambda v: v)
+        values = real(buffer.values)                                                   # (T, N)
+        advantages, returns = compute_gae(buffer.rewards, values, buffer.terminated, buffer.truncated,
+                                          real(buffer.final_values), real(next_value), p.gamma, p.gae_lambda)
+        explained = explained_variance(returns, values)
+        if value_norm is not None:
+            value_norm.update(torch.cat(distributed.gather_objects(returns)))          # the same on every rank
+            values, returns = value_norm.normalize(values), value_norm.normalize(returns)  # the value loss's units
 
         # ---- 3. flatten the batch: (T, N) -> (T * N,), and copy it once to the model's device
-        batch = buffer.flatten(advantages, returns)
+        batch = buffer.flatten(advantages, returns, values)
         b_device = batch.to(device)
 
         # ---- 4. optimise the policy and value over epochs of minibatches of whole sequences: R consecutive
@@ -217,8 +228,6 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         update_time = time.time() - update_start - collect_time
 
         # ---- 5. log, then checkpoint (a kill in between replays this update on resume)
-        y, v = torch.cat(distributed.gather_objects(batch.returns)), torch.cat(distributed.gather_objects(batch.values))
-        explained = float(1 - (y - v).var() / y.var()) if y.var() > 0 else float("nan")
         losses = distributed.average(torch.tensor([np.nanmean([st.get(name, np.nan) for st in stats])
                                                    for name in LOSS_TERMS], dtype=torch.float64))
         metrics = {
@@ -229,6 +238,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                             [e.success for e in finished]),
             **dict(zip(LOSS_TERMS, losses.tolist())),
             "explained_variance": explained,
+            **({"value_mean": value_norm.stats()[0], "value_std": value_norm.stats()[1]} if value_norm else {}),
             "first_ratio_dev": max(st["ratio_dev"] for st in stats[:p.grad_accum]),
         }
         if cfg.run.probes is not None:  # every rank gathers a sharded policy's weights, rank 0 records
@@ -248,6 +258,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                 "trainer": "ppo", "policy": policy_state, "optimizer": optimizer_state,
                 "rng": rng_state(), "update": update, "frames": frames, "episodes": episodes,
                 "duration": metrics["duration"], "config": cfg.to_dict(),
+                **({"value_norm": value_norm.state_dict()} if value_norm is not None else {}),
             })
         bar.update(frames_per_update)
         if recent:
@@ -258,6 +269,23 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     envs.close()
 
     return TrainResult(run_dir, update, frames, success_before, report_success(cfg, policy, "after training", say))
+
+
+def parameter_groups(policy: torch.nn.Module, p: PPOConfig) -> list[dict[str, Any]]:
+    """The optimizer's parameter groups: everything trainable at ppo.lr, the value head at ppo.value_lr if set."""
+    params = [w for w in policy.parameters() if w.requires_grad]
+    if p.value_lr is None:
+        return [{"params": params, "lr": p.lr}]
+    value = {id(w) for w in policy.value_parameters()}
+    return [{"params": [w for w in params if id(w) not in value], "lr": p.lr},
+            {"params": [w for w in params if id(w) in value], "lr": p.value_lr}]
+
+
+def explained_variance(returns: torch.Tensor, values: torch.Tensor) -> float:
+    """1 - Var(G - V) / Var(G) over all ranks' rollouts, in the returns' units; nan when Var(G) is 0."""
+    y = torch.cat(distributed.gather_objects(returns.reshape(-1)))
+    v = torch.cat(distributed.gather_objects(values.reshape(-1)))
+    return float(1 - (y - v).var() / y.var()) if y.var() > 0 else float("nan")
 
 
 def evaluate_policy(cfg: TrainConfig, policy: torch.nn.Module) -> dict[str, Any]:

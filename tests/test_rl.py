@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from glamrl.config import PPOConfig
+from glamrl.config import ModelConfig, PPOConfig
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import ppo_loss
 
@@ -84,3 +84,49 @@ def test_gradient_accumulation_matches_the_whole_minibatch():
         grads.append(torch.cat([p.grad.flatten() for p in policy.parameters() if p.grad is not None]))
     assert grads[0].abs().sum() > 0
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
+
+
+def test_value_normalizer_statistics_by_hand_and_round_trip():
+    from glamrl.rl.value_norm import ValueNormalizer
+
+    norm = ValueNormalizer(decay=0.5)
+    assert norm.stats() == (0.0, 1.0)
+    norm.update(torch.tensor([0.0, 2.0]))          # debiased: this rollout's mean 1, E[x^2] 2 -> std 1
+    assert norm.stats() == pytest.approx((1.0, 1.0))
+    norm.update(torch.tensor([4.0, 4.0]))
+    # EMAs: mean 0.5*0.5 + 0.5*4 = 2.25, E[x^2] 0.5*1 + 0.5*16 = 8.5, weight 0.75
+    mean, std = 2.25 / 0.75, math.sqrt(8.5 / 0.75 - (2.25 / 0.75) ** 2)
+    assert norm.stats() == pytest.approx((mean, std))
+    x = torch.tensor([-3.0, 0.0, 7.5])
+    torch.testing.assert_close(norm.denormalize(norm.normalize(x)), x)
+    torch.testing.assert_close(norm.normalize(x), (x - mean) / std)
+    copy = ValueNormalizer(decay=0.5)
+    copy.load_state_dict(norm.state_dict())
+    assert copy.stats() == norm.stats()
+
+
+def test_value_lr_gives_the_value_head_its_own_group_and_value_norm_resumes(tmp_path):
+    from glamrl.checkpoint import load_checkpoint
+    from glamrl.config import load_train_config
+    from glamrl.llm.policy import LLMPolicy
+    from glamrl.train import parameter_groups, train
+
+    torch.set_num_threads(1)
+    policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"))
+    plain, split = parameter_groups(policy, PPOConfig(lr=1e-4)), parameter_groups(policy, PPOConfig(lr=1e-4, value_lr=1e-2))
+    head = {id(w) for w in policy.value_head.parameters()}
+    assert len(plain) == 1 and [g["lr"] for g in split] == [1e-4, 1e-2]
+    assert {id(w) for w in split[1]["params"]} == head and not head & {id(w) for w in split[0]["params"]}
+    assert len(split[0]["params"]) + len(split[1]["params"]) == len(plain[0]["params"])
+
+    tiny = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "model.name=tiny-llama", "model.device=cpu",
+            "prompt.nbr_obs=1", "ppo.num_steps=8", "ppo.minibatch_size=16", "ppo.epochs=1", "ppo.lr=1e-3",
+            "ppo.value_norm=true", "ppo.value_norm_decay=0.5", "ppo.value_lr=1e-2", "run.eval_episodes=0",
+            "run.tensorboard=false"]
+    run = tmp_path / "run"
+    train(load_train_config(None, [*tiny, "ppo.total_frames=32"]), run, progress=False, say=lambda _: None)
+    first = load_checkpoint(run)["value_norm"]
+    assert first["weight"].item() == pytest.approx(0.5)  # one rollout folded in
+    train(load_train_config(None, [*tiny, "ppo.total_frames=64"]), run, resume=True, progress=False,
+          say=lambda _: None)
+    assert load_checkpoint(run)["value_norm"]["weight"].item() == pytest.approx(0.75)  # restored, then one more

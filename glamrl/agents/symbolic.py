@@ -208,6 +208,10 @@ class ACModel(nn.Module):
         h, _ = self.remember(h.view(R, len(h) // R, -1), memory[: len(h) // R], resets)   # (B, E)
         return SymbolicOutput(F.log_softmax(self.actor(h), dim=-1), self.critic(h).squeeze(1))
 
+    def value_parameters(self) -> Iterator[nn.Parameter]:
+        """The critic's parameters (`ppo.value_lr` trains them at their own learning rate)."""
+        return self.critic.parameters()
+
     def trainable_state_dict(self) -> dict[str, Tensor]:
         """Weights and batch norm's running statistics."""
         return {name: p.detach() for name, p in self.state_dict().items()}

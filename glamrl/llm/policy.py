@@ -91,6 +91,10 @@ class LLMPolicy(nn.Module):
         return PolicyOutput(log_probs=F.log_softmax(logits.float(), dim=-1), values=self.value_head(hidden),
                             action_log_likelihoods=scores.log_likelihoods)
 
+    def value_parameters(self) -> Iterator[nn.Parameter]:
+        """The value head's parameters (`ppo.value_lr` trains them at their own learning rate)."""
+        return self.value_head.parameters()
+
     def values(self, prompts: Sequence[str]) -> Tensor:
         """V(prompt) alone, (B,): encodes the prompts without scoring any action."""
         with self._autocast():

@@ -57,8 +57,8 @@ class RolloutBuffer:
         self.terminated[t], self.truncated[t] = torch.as_tensor(terminated), torch.as_tensor(truncated)
         self.final_values[t] = 0.0
 
-    def flatten(self, advantages: torch.Tensor, returns: torch.Tensor) -> Batch:
-        """(T, N) -> (T * N,), step-major.
+    def flatten(self, advantages: torch.Tensor, returns: torch.Tensor, values: torch.Tensor | None = None) -> Batch:
+        """(T, N) -> (T * N,), step-major. `values` replaces the stored V_old(s) (in the value loss's units).
 
         `resets` at step 0 is False: a sequence always starts there, from the memory the agent stored
         (already cleared if an episode started).
@@ -69,7 +69,7 @@ class RolloutBuffer:
             prompts=[text for row in self.prompts for text in row],
             actions=self.actions.reshape(-1),
             log_probs=self.log_probs.reshape(-1),
-            values=self.values.reshape(-1),
+            values=(self.values if values is None else values).reshape(-1),
             advantages=advantages.reshape(-1),
             returns=returns.reshape(-1),
             resets=resets.reshape(-1),
