@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from glamrl import distributed, sharding
+from glamrl.agents.base import ActorCriticNetwork
 from glamrl.agents.factory import AgentKindError, make_agent, make_model
 from glamrl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from glamrl.config import PPOConfig, TrainConfig, write_config
@@ -174,7 +175,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                 for t in range(T):
                     s = step(envs, agent, obs)
                     d = s.decision
-                    buffer.add(t, d.prompts, d.actions, d.log_probs, d.values, s.rewards * p.reward_scale,
+                    buffer.add(t, d.inputs, d.actions, d.log_probs, d.values, s.rewards * p.reward_scale,
                                s.terminated, s.truncated)
                     cut = np.flatnonzero(s.truncated & ~s.terminated)
                     if len(cut):  # bootstrap a time-limit cut from V(final observation)
@@ -271,7 +272,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     return TrainResult(run_dir, update, frames, success_before, report_success(cfg, policy, "after training", say))
 
 
-def parameter_groups(policy: torch.nn.Module, p: PPOConfig) -> list[dict[str, Any]]:
+def parameter_groups(policy: ActorCriticNetwork, p: PPOConfig) -> list[dict[str, Any]]:
     """The optimizer's parameter groups: everything trainable at ppo.lr, the value head at ppo.value_lr if set."""
     params = [w for w in policy.parameters() if w.requires_grad]
     if p.value_lr is None:

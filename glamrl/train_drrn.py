@@ -109,7 +109,7 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
             cut = np.flatnonzero(s.truncated & ~s.terminated)
             if len(cut):  # a time-limit cut bootstraps from the episode's final observation
                 next_ids[cut] = agent.encode(s.final_obs(cut), cut)
-            memory.add(torch.stack(s.decision.prompts), torch.as_tensor(s.decision.actions),
+            memory.add(torch.stack(s.decision.inputs), torch.as_tensor(s.decision.actions),
                        torch.as_tensor(s.rewards * d.reward_scale), next_ids, torch.as_tensor(s.terminated))
             agent.end_episodes(s.done)
             finished += s.episodes

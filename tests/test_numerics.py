@@ -34,14 +34,14 @@ def first_minibatch_ratio_dev(overrides: list[str]) -> float:
         for t in range(cfg.ppo.num_steps):
             s = step(envs, agent, obs)
             d = s.decision
-            buffer.add(t, d.prompts, d.actions, d.log_probs, d.values, s.rewards, s.terminated, s.truncated)
+            buffer.add(t, d.inputs, d.actions, d.log_probs, d.values, s.rewards, s.terminated, s.truncated)
             agent.end_episodes(s.done)
             obs = s.next_obs
     envs.close()
     advantages, returns = compute_gae(buffer.rewards, buffer.values, buffer.terminated, buffer.truncated,
                                       buffer.final_values, torch.zeros(cfg.env.num_envs), 0.99, 0.95)
     batch = buffer.flatten(advantages, returns)
-    assert len({len(p) for p in batch.prompts}) > 1  # prompts of several lengths: padding differs between phases
+    assert len({len(p) for p in batch.inputs}) > 1  # prompts of several lengths: padding differs between phases
     mb_idx = torch.randperm(len(batch))[:cfg.ppo.minibatch_size][None]                 # (1, M): frames
     stats = accumulate_gradients(policy, batch, mb_idx, cfg.prompt.actions, cfg.ppo)
     return max(st["ratio_dev"] for st in stats)

@@ -40,8 +40,8 @@ def test_llm_moments_show_the_distribution_the_agent_sampled_from():
         assert m.picture.ndim == 3 and m.probs.shape == (6,) and m.probs.sum() == pytest.approx(1, abs=1e-4)
         assert 0 <= m.action < 6 and m.mission and m.action == d.actions[0]
         with torch.inference_mode():  # what is drawn is what the synonyms score, the names the prompt lists
-            scored = agents[0].policy(d.prompts, names).log_probs.exp()[0]
-        assert "rotate left, rotate right, move ahead" in d.prompts[0]
+            scored = agents[0].policy(d.inputs, names).log_probs.exp()[0]
+        assert "rotate left, rotate right, move ahead" in d.inputs[0]
         torch.testing.assert_close(torch.as_tensor(m.probs, dtype=torch.float32), scored, rtol=0, atol=1e-6)
 
 

@@ -185,11 +185,11 @@ def test_llm_agent_scores_the_names_its_prompts_list(name, llm_builder):
     agent = llm_builder(envs, test)
     obs, _ = envs.reset(seed=7)
     decision = agent.act(obs)
-    listed = listed_actions(decision.prompts[0])
+    listed = listed_actions(decision.inputs[0])
     assert listed == list(test.action_names(ACTION_NAMES)) == list(agent.action_names)
     with torch.inference_mode():
-        direct = agent.policy(decision.prompts, listed).log_probs.exp()              # (2, 6)
-        training_names = agent.policy(decision.prompts, ACTION_NAMES).log_probs.exp()
+        direct = agent.policy(decision.inputs, listed).log_probs.exp()              # (2, 6)
+        training_names = agent.policy(decision.inputs, ACTION_NAMES).log_probs.exp()
     torch.testing.assert_close(torch.as_tensor(decision.probs), direct, rtol=0, atol=1e-6)
     torch.testing.assert_close(decision.log_probs, direct.log().gather(1, torch.as_tensor(decision.actions)[:, None])
                                .squeeze(1), rtol=0, atol=1e-5)
@@ -226,11 +226,11 @@ def test_drrn_reads_the_modified_prompt_and_encodes_the_new_action_names(name, d
     assert torch.equal(agent.action_ids, encode_texts(names, agent.action_ids.shape[1]))
     obs, _ = envs.reset(seed=3)
     decision = agent.act(obs)
-    for ids, mission in zip(decision.prompts, obs["mission"]):
+    for ids, mission in zip(decision.inputs, obs["mission"]):
         head = word_ids(build_prompt(names, mission, [], [], test.language, test.goal_header))
         assert [i for i in ids.tolist() if i != PAD][: len(head)] == head  # the test's action list and header
     with torch.no_grad():
-        q = agent.network(torch.stack(decision.prompts), encode_texts(names, agent.action_ids.shape[1]))
+        q = agent.network(torch.stack(decision.inputs), encode_texts(names, agent.action_ids.shape[1]))
     torch.testing.assert_close(torch.as_tensor(decision.probs), torch.softmax(q, dim=1))
     envs.close()
 

@@ -81,14 +81,14 @@ def test_memory_is_carried_per_env_and_cleared_at_episode_end():
     obs, _ = envs.reset(seed=0)
     agent = make_agent(cfg, make_model(cfg), envs)
     first = agent.act(obs)
-    assert all(item[2].abs().sum() == 0 for item in first.prompts)  # episodes start from zero memory
+    assert all(item[2].abs().sum() == 0 for item in first.inputs)  # episodes start from zero memory
     agent.act(obs)
     assert agent.memory.abs().sum(1).gt(0).all()
     done = torch.zeros(16, dtype=torch.bool)
     done[3] = True
     agent.end_episodes(done.numpy())
     assert agent.memory[3].abs().sum() == 0 and agent.memory[4].abs().sum() > 0
-    out = agent.model(agent.act(obs).prompts)  # PPO re-scores the stored items, memory included
+    out = agent.model(agent.act(obs).inputs)  # PPO re-scores the stored items, memory included
     assert out.log_probs.shape == (16, 6) and out.values.shape == (16,)
 
 
@@ -116,7 +116,7 @@ def collect(cfg, model, seed=0):
     for t in range(T):
         s = step(envs, agent, obs)
         d = s.decision
-        buffer.add(t, d.prompts, d.actions, d.log_probs, d.values, s.rewards, s.terminated, s.truncated)
+        buffer.add(t, d.inputs, d.actions, d.log_probs, d.values, s.rewards, s.terminated, s.truncated)
         agent.end_episodes(s.done)
         obs = s.next_obs
     envs.close()
@@ -141,7 +141,7 @@ def test_replayed_sequences_reproduce_collection_across_episode_starts(arch):
     with torch.no_grad():
         for mb_idx in buffer.minibatches(8, cfg.ppo.minibatch_size):                       # (8, 16)
             flat = mb_idx.reshape(-1)
-            out = model([batch.prompts[i] for i in flat.tolist()], None, batch.resets[mb_idx])
+            out = model([batch.inputs[i] for i in flat.tolist()], None, batch.resets[mb_idx])
             torch.testing.assert_close(out.values, batch.values[flat], atol=1e-5, rtol=1e-5)
             chosen = out.log_probs.gather(1, batch.actions[flat, None]).squeeze(1)
             torch.testing.assert_close(chosen, batch.log_probs[flat], atol=1e-5, rtol=1e-5)
@@ -158,7 +158,7 @@ def test_late_step_loss_reaches_memory_19_steps_back_and_not_across_an_episode_s
     steps = []  # 20 steps of 3 envs' items
     for _ in range(20):
         d = agent.act(obs)
-        steps.append(d.prompts)
+        steps.append(d.inputs)
         obs, *_ = envs.step(d.actions)
     start = torch.randn(3, model.memory_size, requires_grad=True)  # the memory stored with each sequence's step 0
     items = [(image, mission, start[s] if i == 0 else memory)
@@ -198,7 +198,7 @@ def test_recurrence_one_is_the_per_frame_update():
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     idx = per_frame[0]
-    out = model([batch.prompts[i] for i in idx.tolist()])
+    out = model([batch.inputs[i] for i in idx.tolist()])
     ppo_loss(out.log_probs, out.values, batch.actions[idx], batch.log_probs[idx], batch.values[idx],
              batch.advantages[idx], batch.returns[idx], cfg.ppo).loss.backward()
     assert calls == [2]

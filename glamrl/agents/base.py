@@ -1,12 +1,16 @@
-"""The one interface every agent shares: act on a batch of observations, forget finished episodes."""
+"""The contracts of glamrl's parts: what every agent does (`Agent`), what learning agents add
+(`ActorCritic`), and what every trainable network offers its training loop (`Trainable`)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import torch
+from torch import Tensor, nn
 
 
 @dataclass
@@ -17,7 +21,8 @@ class Decision:
     probs: np.ndarray                      # (N, A) float, the distribution each action was drawn from
     log_probs: torch.Tensor | None = None  # (N,) log pi(action | observation), learning agents only
     values: torch.Tensor | None = None     # (N,) value estimates, learning agents only
-    prompts: list[str] | None = None       # (N,) the text the policy read, kept to re-score in PPO
+    inputs: list[Any] | None = None        # (N,) what the policy read, kept to re-score or replay it: prompt
+                                           # strings (llm), encoded texts (drrn), (image, mission, memory) items (symbolic)
 
 
 class Agent(Protocol):
@@ -38,3 +43,52 @@ class Agent(Protocol):
     def end_episodes(self, done: np.ndarray) -> None:
         """Forget the memory of the environments whose episode just ended (`done`: (N,) bool)."""
         ...
+
+
+class ActorCritic(Agent, Protocol):
+    """An agent trained by PPO (llm, npae, symbolic): it also estimates values."""
+
+    def values(self, obs: dict[str, Any], envs: Sequence[int]) -> Tensor:
+        """(len(envs),) V of the observations `obs` of envs `envs`, without recording a step."""
+        ...
+
+
+class Trainable(Protocol):
+    """A network a training loop trains and checkpoints (LLMPolicy, DRRNetwork, ACModel)."""
+
+    def __call__(self, inputs: list[Any], action_names: Sequence[str], *args: Any) -> Any:
+        """Scores of `Decision.inputs` over the actions `action_names` (PPO: log-probabilities and values)."""
+        ...
+
+    def trainable_state_dict(self) -> dict[str, Tensor]:
+        """What a checkpoint keeps: the trained tensors only (all of them, or LoRA adapters and heads)."""
+        ...
+
+    def load_trainable_state_dict(self, state: dict[str, Tensor]) -> None:
+        ...
+
+    def collecting(self) -> contextlib.AbstractContextManager:
+        """The block in which a rollout is collected (the LLM's frozen trunk keeps its outputs there)."""
+        ...
+
+
+class ActorCriticNetwork(Trainable, Protocol):
+    """A network PPO trains (LLMPolicy, ACModel): its value head can take its own learning rate."""
+
+    def value_parameters(self) -> Iterator[nn.Parameter]:
+        """The value head's parameters (`ppo.value_lr`)."""
+        ...
+
+
+class WholeNetwork(nn.Module):
+    """A network trained whole, with nothing to keep from a collection: its checkpoint is its state dict."""
+
+    def trainable_state_dict(self) -> dict[str, Tensor]:
+        """Every weight and buffer (batch norm's running statistics too)."""
+        return {name: p.detach() for name, p in self.state_dict().items()}
+
+    def load_trainable_state_dict(self, state: dict[str, Tensor]) -> None:
+        self.load_state_dict(state)
+
+    def collecting(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()

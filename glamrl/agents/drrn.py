@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from glamrl.agents.base import Decision
+from glamrl.agents.base import Decision, WholeNetwork
 from glamrl.config import DRRNConfig
 from glamrl.envs.vocabulary import PAD, VOCABULARY, encode_texts
 from glamrl.prompts import PromptHistory, build_prompt
@@ -49,7 +49,7 @@ class Exploration:
         return (1 - self.epsilon) * best + self.epsilon / q.shape[1]
 
 
-class DRRNetwork(nn.Module):
+class DRRNetwork(WholeNetwork):
     """Q-values of candidate actions (encoded names) for a batch of encoded observations."""
 
     def __init__(self, config: DRRNConfig) -> None:
@@ -76,17 +76,11 @@ class DRRNetwork(nn.Module):
         pairs = torch.cat([h_obs[:, None].expand(B, A, -1), h_act[None].expand(B, A, -1)], dim=-1)  # (B, A, 2H)
         return self.q_head(pairs).squeeze(-1)
 
-    def trainable_state_dict(self) -> dict[str, Tensor]:
-        return {name: p.detach() for name, p in self.state_dict().items()}
-
-    def load_trainable_state_dict(self, state: dict[str, Tensor]) -> None:
-        self.load_state_dict(state)
-
 
 class DRRNAgent:
     """Keeps each env's text history; draws actions from the network's Q-values by `exploration`.
 
-    `Decision.prompts` holds each env's encoded observation, (L,) int64, for the replay memory.
+    `Decision.inputs` holds each env's encoded observation, (L,) int64, for the replay memory.
     """
 
     def __init__(self, network: DRRNetwork, num_envs: int, action_names: Sequence[str], nbr_obs: int,
@@ -123,7 +117,7 @@ class DRRNAgent:
         actions = np.minimum((draws >= probs.cumsum(axis=1)).sum(axis=1), probs.shape[1] - 1)  # (N,) inverse CDF
         for history, sentences, a in zip(self.histories, obs["descriptions"], actions.tolist()):
             history.record(sentences, self.action_names[a])
-        return Decision(actions=actions.astype(np.int64), probs=probs, prompts=list(ids))
+        return Decision(actions=actions.astype(np.int64), probs=probs, inputs=list(ids))
 
     def end_episodes(self, done: np.ndarray) -> None:
         for history, d in zip(self.histories, done):

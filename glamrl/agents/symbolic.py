@@ -35,7 +35,7 @@ from its own stored state. (BabyAI also wrote the replayed states back into its 
 epoch; as sequences always start at the same steps, only their first steps' stored states are read.)
 
 The mission is read with the closed word vocabulary (`glamrl.envs.vocabulary`). It trains with the
-same PPO loop as the LLM (glamrl/train.py): `Decision.prompts` holds each env's observation item
+same PPO loop as the LLM (glamrl/train.py): `Decision.inputs` holds each env's observation item
 (image, mission ids, memory), which the PPO update hands back to `ACModel.forward`.
 """
 
@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from glamrl.agents.base import Decision
+from glamrl.agents.base import Decision, WholeNetwork
 from glamrl.config import SymbolicConfig
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.envs.vocabulary import PAD, VOCABULARY, encode_texts
@@ -110,7 +110,7 @@ class FiLMBlock(nn.Module):
         return x + out if self.residual else out
 
 
-class ACModel(nn.Module):
+class ACModel(WholeNetwork):
     """Actor-critic over (view, mission, memory) items; `forward(items[, resets])` → log pi (B, A), V (B,)."""
 
     def __init__(self, config: SymbolicConfig) -> None:
@@ -211,17 +211,6 @@ class ACModel(nn.Module):
     def value_parameters(self) -> Iterator[nn.Parameter]:
         """The critic's parameters (`ppo.value_lr` trains them at their own learning rate)."""
         return self.critic.parameters()
-
-    def trainable_state_dict(self) -> dict[str, Tensor]:
-        """Weights and batch norm's running statistics."""
-        return {name: p.detach() for name, p in self.state_dict().items()}
-
-    def load_trainable_state_dict(self, state: dict[str, Tensor]) -> None:
-        self.load_state_dict(state)
-
-    def collecting(self) -> contextlib.AbstractContextManager:
-        """Nothing to keep from a collection (the LLM policy's frozen-trunk cache has no counterpart here)."""
-        return contextlib.nullcontext()
 
 
 @contextlib.contextmanager

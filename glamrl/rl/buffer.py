@@ -17,7 +17,7 @@ from glamrl.transfer import to_device
 class Batch:
     """A flattened rollout: B = T * N transitions, step-major (index t * N + n)."""
 
-    prompts: list[Any]         # (B,) what each decision read (text, or a symbolic agent's item)
+    inputs: list[Any]          # (B,) what each decision read (`Decision.inputs`)
     actions: torch.Tensor      # (B,) int64
     log_probs: torch.Tensor    # (B,) log pi_old(a | s)
     values: torch.Tensor       # (B,) V_old(s)
@@ -26,11 +26,11 @@ class Batch:
     resets: torch.Tensor       # (B,) bool: a new episode starts here (the env was done at the step before)
 
     def __len__(self) -> int:
-        return len(self.prompts)
+        return len(self.inputs)
 
     def to(self, device: torch.device) -> Batch:
-        """The same batch with its tensors on `device` (pinned, non-blocking copies on CUDA); prompts stay."""
-        return Batch(self.prompts, *(to_device(t, device) for t in (self.actions, self.log_probs, self.values,
+        """The same batch with its tensors on `device` (pinned, non-blocking copies on CUDA); inputs stay."""
+        return Batch(self.inputs, *(to_device(t, device) for t in (self.actions, self.log_probs, self.values,
                                                                      self.advantages, self.returns, self.resets)))
 
 
@@ -39,7 +39,7 @@ class RolloutBuffer:
 
     def __init__(self, num_steps: int, num_envs: int) -> None:
         T, N = num_steps, num_envs
-        self.prompts: list[list[Any]] = [[] for _ in range(T)]
+        self.inputs: list[list[Any]] = [[] for _ in range(T)]
         self.actions = torch.zeros(T, N, dtype=torch.long)
         self.log_probs = torch.zeros(T, N)
         self.values = torch.zeros(T, N)
@@ -48,9 +48,9 @@ class RolloutBuffer:
         self.truncated = torch.zeros(T, N, dtype=torch.bool)
         self.final_values = torch.zeros(T, N)  # V(final observation) where truncated
 
-    def add(self, t: int, prompts: list[Any], actions: np.ndarray, log_probs: torch.Tensor, values: torch.Tensor,
+    def add(self, t: int, inputs: list[Any], actions: np.ndarray, log_probs: torch.Tensor, values: torch.Tensor,
             rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
-        self.prompts[t] = prompts
+        self.inputs[t] = inputs
         self.actions[t] = torch.as_tensor(actions)
         self.log_probs[t], self.values[t] = log_probs, values
         self.rewards[t] = torch.as_tensor(rewards)
@@ -66,7 +66,7 @@ class RolloutBuffer:
         done = self.terminated | self.truncated                                   # (T, N)
         resets = torch.cat([torch.zeros_like(done[:1]), done[:-1]])               # (T, N)
         return Batch(
-            prompts=[text for row in self.prompts for text in row],
+            inputs=[item for row in self.inputs for item in row],
             actions=self.actions.reshape(-1),
             log_probs=self.log_probs.reshape(-1),
             values=(self.values if values is None else values).reshape(-1),

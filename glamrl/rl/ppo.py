@@ -66,11 +66,11 @@ def accumulate_gradients(
     equal those of the whole minibatch at once (unless the policy normalises over its batch, as batch norm
     does). Returns each chunk's loss terms.
 
-    The policy scores a list of prompts: `policy(prompts, action_names)` for frames (R = 1), the call
-    every policy takes; sequences (R > 1) go to a recurrent policy as
-    `policy(prompts, action_names, resets)`, prompts step-major (step i of every sequence, then step i + 1)
+    The policy scores a list of inputs (`Decision.inputs`): `policy(inputs, action_names)` for frames
+    (R = 1), the call every policy takes; sequences (R > 1) go to a recurrent policy as
+    `policy(inputs, action_names, resets)`, inputs step-major (step i of every sequence, then step i + 1)
     and `resets` (R, C) where its memory restarts from zero, which carries its memory through each
-    sequence from the one stored with the sequence's first prompt.
+    sequence from the one stored with the sequence's first input.
     """
     advantages = batch.advantages[mb_idx]                           # (R, S)
     if cfg.norm_adv and mb_idx.numel() > 1:  # over the minibatch, not the chunk
@@ -79,8 +79,8 @@ def accumulate_gradients(
     for chunk in torch.arange(mb_idx.shape[1]).tensor_split(cfg.grad_accum):
         idx = mb_idx[:, chunk]                                       # (R, C)
         flat = idx.reshape(-1)                                       # (R * C,) step-major
-        prompts = [batch.prompts[i] for i in flat.tolist()]
-        out = policy(prompts, action_names) if len(idx) == 1 else policy(prompts, action_names, batch.resets[idx])
+        inputs = [batch.inputs[i] for i in flat.tolist()]
+        out = policy(inputs, action_names) if len(idx) == 1 else policy(inputs, action_names, batch.resets[idx])
         loss = ppo_loss(out.log_probs.float(), out.values.float(), batch.actions[flat], batch.log_probs[flat],
                         batch.values[flat], advantages[:, chunk].reshape(-1), batch.returns[flat], cfg)
         if not torch.isfinite(loss.loss):
