@@ -390,12 +390,17 @@ class RunConfig:
     max_minutes: float | None = None
     """PPO: stop cleanly (checkpoint, then the final evaluation) after the first update that ends past this many
     minutes of this invocation's wall time; running again resumes. None: train up to ppo.total_frames."""
+    stop_at_success: float | None = None
+    """PPO: stop cleanly after the first update whose training episodes (all ranks together) reach this success
+    rate (benchmarks/time_to_ground.py). None: train up to ppo.total_frames."""
 
     def __post_init__(self) -> None:
         _check(self.eval_episodes >= 0, f"run.eval_episodes must be >= 0 (0 skips evaluation), got {self.eval_episodes}")
         _check(self.checkpoint_every >= 1, f"run.checkpoint_every must be >= 1, got {self.checkpoint_every}")
         _check(self.max_minutes is None or self.max_minutes > 0,
                f"run.max_minutes must be > 0 (or null: no time limit), got {self.max_minutes}")
+        _check(self.stop_at_success is None or 0 < self.stop_at_success <= 1,
+               f"run.stop_at_success must be a success rate in (0, 1] (or null), got {self.stop_at_success}")
         _check(self.sharding in ("none", "fsdp"), f"run.sharding must be none or fsdp, got {self.sharding!r}")
         _check(not (self.sharding == "fsdp" and self.check_replicas),
                "run.check_replicas compares whole replicas, but with run.sharding=fsdp every rank holds another "

@@ -163,8 +163,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     recent = deque(maxlen=100)  # success of the last episodes, for the progress bar
     bar = tqdm(total=p.total_frames, initial=frames, unit="frame", disable=not progress)
     start_time = time.time() - duration
-    session_start, out_of_time = time.time(), False  # run.max_minutes counts this invocation's wall time
-    while frames < p.total_frames and not out_of_time:  # in frames: a resumed run may have another number of ranks
+    session_start, stop = time.time(), False  # run.max_minutes counts this invocation's wall time
+    while frames < p.total_frames and not stop:  # in frames: a resumed run may have another number of ranks
         update_start = time.time()
         finished = []
 
@@ -247,8 +247,10 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                 if probes is not None:
                     probes.record(policy, update, frames)
         if cfg.run.max_minutes is not None:  # rank 0's clock decides for all ranks
-            out_of_time = distributed.broadcast_object(time.time() - session_start > 60 * cfg.run.max_minutes)
-        checkpoint = update % cfg.run.checkpoint_every == 0 or frames >= p.total_frames or out_of_time
+            stop = distributed.broadcast_object(time.time() - session_start > 60 * cfg.run.max_minutes)
+        if cfg.run.stop_at_success is not None and finished:  # the same gathered episodes on every rank
+            stop = stop or metrics["success_rate"] >= cfg.run.stop_at_success
+        checkpoint = update % cfg.run.checkpoint_every == 0 or frames >= p.total_frames or stop
         if checkpoint:  # a sharded policy's whole state is gathered by all ranks onto rank 0
             policy_state, optimizer_state = sharding.full_state(policy, optimizer)
         if not ranks.is_main:

@@ -118,3 +118,13 @@ def test_npae_action_heads_train_through_the_same_loop(tmp_path):
     result = train(cfg, tmp_path / "run", progress=False, say=lambda _: None)
     state = load_checkpoint(tmp_path / "run")
     assert result.updates == 1 and any(k.startswith("action_heads.") for k in state["policy"])
+
+
+def test_stop_at_success_ends_after_the_first_update_that_reaches_it(tmp_path):
+    run = tmp_path / "run"
+    cfg = load_train_config(None, [*TINY, "ppo.total_frames=3840", "run.stop_at_success=0.3", "run.eval_episodes=0"])
+    result = train(cfg, run, progress=False, say=lambda _: None)
+    rows = read_log(run)
+    rates = [r.get("success_rate", 0.0) for r in rows]
+    assert result.frames < 3840 and rates[-1] >= 0.3 and all(rate < 0.3 for rate in rates[:-1])
+    assert load_checkpoint(run)["update"] == len(rows)  # stopped with a checkpoint of its last update
