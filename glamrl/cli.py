@@ -10,6 +10,8 @@ from pathlib import Path
 
 from glamrl.config import AGENT_KINDS
 from glamrl.errors import GlamrlError
+from glamrl.files import disk_failure
+from glamrl.rundir import check_output
 
 EXAMPLES = """examples:
   glamrl eval --agent bot --env BabyAI-MixedTestLocal-v0 --episodes 200
@@ -131,23 +133,23 @@ def cmd_play(args: argparse.Namespace) -> None:
     import dataclasses
 
     from glamrl.eval.agents import agent_builder
-    from glamrl.eval.output import check_writable
-    from glamrl.eval.render import draw_frames, play_episode, write_episode
+    from glamrl.eval.render import SUFFIXES, draw_frames, play_episode, write_episode
     from glamrl.eval.suite import TRAIN_LEVEL, SuiteTest, select_tests
     from glamrl.envs import make_env
 
+    fmt = "gif" if args.format == "gif" else "png"
+    check_output(args.out, suffixes=(SUFFIXES[fmt],))
     if args.test is not None:
         (test,) = select_tests(None, args.test)
         test = dataclasses.replace(test, env_id=args.env or test.env_id)
     else:
         test = SuiteTest("play", "one episode", env_id=args.env or TRAIN_LEVEL, language=args.language)
     make_env(test.env_id)  # an unknown id fails here, before the agent loads
-    check_writable(args.out)
     label, build = agent_builder(args)
     moments, names = play_episode(test, build, args.seed, args.max_frames)
     where = test.env_id if args.test is None else f"{test.name}, {test.env_id}"
     images = draw_frames(moments, names, f"{label} | {where} seed {args.seed}")
-    write_episode(images, args.out, "gif" if args.format == "gif" else "png")
+    write_episode(images, args.out, fmt)
     outcome = moments[-1].outcome or f"stopped after {len(moments)} frames"
     print(f"{label}: {outcome}; {len(images)} frames in {args.out}")
 
@@ -164,11 +166,11 @@ def cmd_eval(args: argparse.Namespace) -> None:
     if args.suite is not None or args.tests is not None:
         return cmd_suite(args)
     from glamrl.envs import make_vector_env
+    from glamrl.files import write_text
     from glamrl.rollout import evaluate, format_table
-    from glamrl.rundir import check_writable_file
 
     if args.out:
-        check_writable_file(args.out)
+        check_output(args.out, suffixes=(".json",))
     from glamrl.eval.agents import make_eval_agent
 
     envs = make_vector_env(args.env, args.num_envs, task=args.task, language=args.language)
@@ -178,23 +180,27 @@ def cmd_eval(args: argparse.Namespace) -> None:
     print(f"{args.agent} on {args.env} ({args.episodes} episodes, seed {args.seed})")
     print(format_table(summary))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(summary, indent=2))
+        write_text(args.out, json.dumps(summary, indent=2))
         print(f"wrote {args.out}")
 
 
 def cmd_suite(args: argparse.Namespace) -> None:
-    """`glamrl eval --suite`: every test of the suite, one JSON; bad names, agents or paths fail first."""
+    """`glamrl eval --suite`: every test of the suite, one JSON; bad names, agents or paths fail first.
+
+    The JSON names the suite only when all its tests were asked (`--tests` makes it "custom"), and is
+    `complete` once every test asked has run (it is rewritten after each test).
+    """
     import time
 
     from glamrl.eval.agents import agent_builder
-    from glamrl.eval.output import check_writable, write_json
     from glamrl.eval.suite import format_header, run_suite, select_tests
+    from glamrl.files import write_text
     from glamrl.train import EVAL_SEED_OFFSET
 
     tests = select_tests(args.suite, args.tests)
+    suite = "custom" if args.tests is not None else args.suite or "paper"
     if args.out:
-        check_writable(args.out)
+        check_output(args.out, suffixes=(".json",))
     label, build = agent_builder(args)
     seed = args.seed + EVAL_SEED_OFFSET
     print(f"{label}: {len(tests)} tests, {args.episodes} episodes each, evaluation seeds from {seed}")
@@ -203,10 +209,10 @@ def cmd_suite(args: argparse.Namespace) -> None:
 
     def save(results: dict) -> None:  # after every test, so that a long suite stopped early keeps what it ran
         if args.out:
-            write_json(args.out, {"suite": args.suite or "custom", "agent": label, "seed": args.seed,
-                                  "eval_seed": seed, "episodes_per_test": args.episodes,
-                                  "complete": len(results) == len(tests),
-                                  "wall_time_s": round(time.time() - start, 2), "tests": results})
+            write_text(args.out, json.dumps({
+                "suite": suite, "agent": label, "seed": args.seed, "eval_seed": seed,
+                "episodes_per_test": args.episodes, "complete": len(results) == len(tests),
+                "wall_time_s": round(time.time() - start, 2), "tests": results}, indent=2))
 
     run_suite(tests, build, args.episodes, seed, args.num_envs, progress=True,
               say=lambda line: print(line, flush=True), after_test=save)
@@ -219,6 +225,7 @@ def cmd_demos(args: argparse.Namespace) -> None:
     from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES
     from glamrl.rollout import format_table
 
+    check_output(args.out, suffixes=(".jsonl",))
     if args.agent is None and args.run is None:
         args.agent = "bot"
     from glamrl.eval.agents import make_eval_agent
@@ -237,44 +244,55 @@ def cmd_bc(args: argparse.Namespace) -> None:
     from glamrl.bc import train_bc
     from glamrl.config import load_train_config, resolve_run_config
     from glamrl.plot import plot_runs
-    from glamrl.rundir import run_lock
+    from glamrl.rundir import CURVES_FILE, run_lock
 
     cfg = load_train_config(args.config, args.overrides) if args.config else None
     with run_lock(args.run_dir):
         cfg, resume = resolve_run_config(args.run_dir, cfg, args.overrides)
         result = train_bc(cfg, args.data, args.run_dir, resume=resume, progress=not args.no_progress)
-    png = plot_runs([args.run_dir], args.run_dir / "curves.png", metrics=("loss",))
+    png = plot_runs([args.run_dir], args.run_dir / CURVES_FILE, metrics=("loss",))
     print(f"cloned for {result.updates} steps ({result.frames} records); logs, checkpoints and {png.name} "
           f"in {args.run_dir}")
 
 
 def cmd_train(args: argparse.Namespace) -> None:
     from glamrl import distributed
+
+    distributed.init()  # under torchrun: join the other ranks; alone: nothing
+    try:
+        train_run(args)
+    except distributed.StoppedByMainRank:  # rank 0 refused the run and reports why; this rank exits quietly
+        return
+
+
+def train_run(args: argparse.Namespace) -> None:
+    from glamrl import distributed
     from glamrl.config import ConfigError, load_train_config, resolve_run_config
     from glamrl.plot import plot_runs
-    from glamrl.rundir import clear_run_dir, run_lock
+    from glamrl.rundir import CURVES_FILE, clear_run_dir, run_lock
     from glamrl.train import default_run_dir, train
     from glamrl.train_drrn import train_drrn
 
-    ranks = distributed.init()  # under torchrun: join the other ranks; alone: nothing
+    ranks = distributed.current()
     cfg = load_train_config(args.config, args.overrides) if args.config else None
     run_dir = args.run_dir or (default_run_dir(cfg) if cfg else None)
     if run_dir is None:
         raise ConfigError("give --config (a new run) or --run-dir (a run to resume)")
     if args.overwrite and cfg is None:
         raise ConfigError("--overwrite starts a run afresh: give its --config")
-    with run_lock(run_dir) if ranks.is_main else contextlib.nullcontext():
-        resolved = None
-        if ranks.is_main:  # rank 0 alone reads the run directory; the others get its answer
+    with contextlib.ExitStack() as held:
+        def claim() -> tuple:  # rank 0 alone locks and reads the run directory; the others get its answer
+            held.enter_context(run_lock(run_dir))
             if args.overwrite:
                 clear_run_dir(run_dir)
-            resolved = resolve_run_config(run_dir, cfg, args.overrides)
-        cfg, resume = distributed.broadcast_object(resolved)
+            return resolve_run_config(run_dir, cfg, args.overrides)
+
+        cfg, resume = distributed.from_main(claim)
         loop = train_drrn if cfg.agent.kind == "drrn" else train  # off-policy DRRN; llm and symbolic: PPO
         result = loop(cfg, run_dir, resume=resume, progress=not args.no_progress)
         if not ranks.is_main:
             return
-        png = plot_runs([run_dir], run_dir / "curves.png")
+        png = plot_runs([run_dir], run_dir / CURVES_FILE)
     print(f"trained {result.updates} updates, {result.frames} frames; logs, checkpoints and {png.name} in {run_dir}")
     if result.success_before is not None and result.success_after is not None:
         print(f"success rate: {result.success_before:.3f} before -> {result.success_after:.3f} after")
@@ -288,10 +306,9 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
-    from glamrl.plot import plot_runs
-    from glamrl.rundir import check_writable_file
+    from glamrl.plot import SUFFIXES, plot_runs
 
-    check_writable_file(args.out)
+    check_output(args.out, suffixes=SUFFIXES)
     if args.probes:
         from glamrl.eval.probes import plot_probes
 
@@ -303,6 +320,8 @@ def cmd_plot(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. The error boundary: bad input (a GlamrlError) and the disk refusing a write print one
+    `glamrl: error:` line and exit 2; anything else is a bug and keeps its traceback."""
     args = build_parser().parse_args(argv)
     try:
         {"eval": cmd_eval, "train": cmd_train, "demos": cmd_demos, "bc": cmd_bc, "plot": cmd_plot,
@@ -310,8 +329,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("glamrl: interrupted", file=sys.stderr)
         return 130
-    except GlamrlError as err:  # bad input: one line; anything else is a bug and keeps its traceback
+    except GlamrlError as err:
         print(f"glamrl: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a write outside the atomic writer (TensorBoard, an append) that the disk refused
+        reason = disk_failure(err)
+        if reason is None:
+            raise
+        print(f"glamrl: error: cannot write {err.filename or 'a file'}: {reason}", file=sys.stderr)
         return 2
     return 0
 
