@@ -9,26 +9,52 @@ model.train_layers=K; the trunk's output of a prompt is cached within model.trun
 The run directory follows training's conventions: config.yaml (agent.kind llm), log.csv
 (one row per `bc.log_every` optimizer steps; `frames` counts demonstration records
 consumed), checkpoints with the policy's trainable weights, resume by running again.
+Each checkpoint records the demonstrations (path, SHA-256, record count): a run resumes only
+on the same data (`bc.epochs=N` extends it); other data is refused in one line, and is cloned
+on top of the run with a new run started from it (`agent.init_from=RUN_DIR`, another --run-dir).
 `glamrl eval --run` evaluates it; `glamrl train agent.init_from=RUN_DIR` continues with PPO.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from glamrl import sharding
 from glamrl.agents.factory import AgentKindError, make_model
 from glamrl.checkpoint import rng_state, save_checkpoint
 from glamrl.config import TrainConfig, write_config
 from glamrl.demos import DemoFileError, read_demos
 from glamrl.rundir import holds_run_lock
 from glamrl.train import TrainResult, open_logger, open_run, report_success, restore_training
+
+
+def data_identity(data: Path, records: int) -> dict[str, Any]:
+    """What a BC checkpoint records of its demonstrations: where they were, their SHA-256 and record count."""
+    digest = hashlib.sha256()
+    with open(data, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {"path": str(data.resolve()), "sha256": digest.hexdigest(), "records": records}
+
+
+def check_same_data(run_dir: Path, saved: dict[str, Any] | None, current: dict[str, Any]) -> None:
+    """Refuse to resume `run_dir` on other demonstrations than those its checkpoint was cloned from."""
+    if saved is None or saved["sha256"] == current["sha256"]:
+        return
+    raise DemoFileError(
+        f"{run_dir} was cloned from {saved['path']} ({saved['records']} records, sha256 {saved['sha256'][:12]}), "
+        f"not from {current['path']} ({current['records']} records, sha256 {current['sha256'][:12]}): resume it "
+        f"with --data {saved['path']}, or clone the new data on top of it in a new run: "
+        f"--run-dir NEW agent.init_from={run_dir}")
 
 
 def bc_loss(policy: torch.nn.Module, prompts: list[str], actions: torch.Tensor,
@@ -46,27 +72,28 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
     """Clone the demonstrations of `data` into the LLM policy `cfg` describes (or resume RUN_DIR)."""
     if cfg.agent.kind != "llm":
         raise AgentKindError(f"behavioural cloning trains agent kind 'llm', not {cfg.agent.kind!r}")
-    records = read_demos(data)
-    num_actions = len(cfg.prompt.actions)
-    if any(not 0 <= r["action_index"] < num_actions for r in records):
-        raise DemoFileError(f"{data} has action indices outside 0..{num_actions - 1}")
+    sharding.check_launch(cfg.run.sharding)
+    records = read_demos(data, cfg.prompt.actions)
     prompts = [r["prompt"] for r in records]
     actions = torch.tensor([r["action_index"] for r in records])                    # (R,)
+    demos = data_identity(data, len(records))
     state = open_run(cfg, run_dir, resume, "bc")
+    if state is not None:
+        check_same_data(run_dir, state.get("data"), demos)
     b = cfg.bc
     steps_per_epoch = math.ceil(len(records) / b.batch_size)
     total_steps = b.epochs * steps_per_epoch
 
-    # ---- model, optimizer
-    policy = make_model(cfg)
+    # ---- model, optimizer; the config is recorded once the model could be built (and restored)
+    policy = make_model(cfg, load_init=state is None)
     params = [w for w in policy.parameters() if w.requires_grad]
     optimizer = torch.optim.Adam(params, lr=b.lr)
-    write_config(cfg, run_dir)  # once the model (and envs) could be built
     update, frames, duration = 0, 0, 0.0
     if state is not None:
-        restore_training(state, policy, optimizer)
+        restore_training(cfg, run_dir, state, policy, optimizer)
         update, frames, duration = state["update"], state["frames"], state["duration"]
         say(f"resuming {run_dir} after step {update}")
+    write_config(cfg, run_dir)
 
     success_before = report_success(cfg, policy, "before cloning", say) if state is None else None
     logger = open_logger(cfg, run_dir, state)
@@ -99,7 +126,7 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
             logger.log(metrics)
             save_checkpoint(run_dir, {
                 "trainer": "bc", "policy": policy.trainable_state_dict(), "optimizer": optimizer.state_dict(),
-                "rng": rng_state(), "update": update, "frames": frames,
+                "rng": rng_state(), "update": update, "frames": frames, "data": demos,
                 "duration": metrics["duration"], "config": cfg.to_dict(),
             })
             bar.set_postfix(loss=f"{metrics['loss']:.3f}")

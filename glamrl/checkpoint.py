@@ -5,6 +5,10 @@ before it. A save never leaves a moment without a complete checkpoint on disk, s
 kill -9 at any instant is survivable; a load falls back to the backup when the latest
 file is truncated or corrupt.
 
+Writes go through the one atomic writer (`glamrl.files.atomic_output`). A checkpoint that
+does not fit the network the config builds (an architecture field changed since it was
+saved) is refused in one line naming the fields that changed (`restoring`).
+
 Checkpoints are read with `torch.load(weights_only=True)`: a state may hold tensors,
 state dicts and plain Python values (dict, list, tuple, int, float, str, bool, None),
 not arbitrary objects. `rng_state()` returns its RNG states in that form.
@@ -19,15 +23,22 @@ import shutil
 import warnings
 import zipfile
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from glamrl.config import changed_fields, flatten
 from glamrl.errors import GlamrlError
+from glamrl.files import WriteError, atomic_output
+from glamrl.rundir import CHECKPOINTS
 
 LAST, BACKUP = "last.pt", "backup.pt"
+ARCHITECTURE_SECTIONS = ("model", "prompt", "symbolic", "drrn")
+"""Config sections whose fields may shape the saved tensors (named when a checkpoint does not fit)."""
 # Leaf types a weights_only load accepts (with tensors, dict, OrderedDict, list, tuple).
 _PLAIN = (str, int, float, bool, type(None), torch.dtype, torch.device)
 # What a truncated, overwritten or unreadable file raises from torch.load.
@@ -35,19 +46,15 @@ _UNREADABLE = (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingErr
 
 
 class CheckpointError(GlamrlError, RuntimeError):
-    """No readable checkpoint although checkpoint files exist."""
+    """No readable checkpoint although checkpoint files exist, or one that cannot be written."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """A checkpoint whose tensors do not fit the network the config builds."""
 
 
 def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
-    return Path(run_dir) / "checkpoints"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    return Path(run_dir) / CHECKPOINTS
 
 
 def _check_loadable(value: Any, where: str = "state") -> None:
@@ -77,7 +84,8 @@ def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any]) -> Path:
 
     Order: write and fsync a temp file; hard-link (or copy) last.pt to a second temp file
     and rename it over backup.pt; rename the first temp file over last.pt; fsync the
-    directory. Each rename is atomic, so last.pt is always a complete checkpoint. A last.pt
+    directory (each step through `atomic_output`). Each rename is atomic, so last.pt is always a
+    complete checkpoint. A last.pt
     that is torn or not a checkpoint (a resume fell back to the backup) is never rotated into backup.pt: the
     good backup stays until a newer good checkpoint exists.
     Raises TypeError, before writing anything, if `state` holds values a safe load refuses,
@@ -85,28 +93,19 @@ def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any]) -> Path:
     """
     _check_loadable(state)
     directory = checkpoint_dir(run_dir)
-    new, old, last = directory / ".last.tmp", directory / ".backup.tmp", directory / LAST
+    last = directory / LAST
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with open(new, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        if _intact(last):
-            old.unlink(missing_ok=True)
-            try:
-                os.link(last, old)
-            except OSError:  # filesystem without hard links
-                shutil.copyfile(last, old)
-            os.replace(old, directory / BACKUP)
-        os.replace(new, last)
-        _fsync_dir(directory)
-    except OSError as err:
-        raise CheckpointError(f"could not write a checkpoint in {directory}: {err.strerror or err}; "
-                              f"the previous checkpoints there are kept") from None
-    finally:  # the temp files of a failed save
-        new.unlink(missing_ok=True)
-        old.unlink(missing_ok=True)
+        with atomic_output(last) as new:
+            with open(new, "wb") as f:  # a file object: a failed write surfaces as the OSError behind it
+                torch.save(state, f)
+            if _intact(last):
+                with atomic_output(directory / BACKUP) as old:
+                    try:
+                        os.link(last, old)
+                    except OSError:  # filesystem without hard links
+                        shutil.copyfile(last, old)
+    except WriteError as err:
+        raise CheckpointError(f"{err}; the previous checkpoints in {directory} are kept") from None
     return last
 
 
@@ -170,3 +169,24 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextmanager
+def restoring(source: str, saved_config: dict[str, Any] | None, config: dict[str, Any], fix: str) -> Iterator[None]:
+    """Turn saved tensors that do not fit the network built from `config` (`TrainConfig.to_dict()`) into one line.
+
+    The line names `source` (where the tensors come from), the first mismatch, the architecture
+    fields that differ from `saved_config` (the config stored with them), and `fix`.
+    """
+    try:
+        yield
+    except (RuntimeError, ValueError, KeyError) as err:  # torch's size mismatches, PolicyStateError, missing keys
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
+        reason = next((line for line in lines if line.startswith(("size mismatch", "Missing", "Unexpected"))),
+                      lines[0])
+        changed = changed_fields(saved_config or {}, config, ARCHITECTURE_SECTIONS)
+        old, new = flatten(saved_config or {}), flatten(config)
+        were = ", ".join(f"{key}={old.get(key)!r} (now {new[key]!r})" for key in changed[:4])
+        raise CheckpointMismatchError(
+            f"{source} does not fit the model this config builds ({reason[:200].rstrip('.')})"
+            + (f"; it was saved with {were}" if were else "") + f"; {fix}") from None

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from glamrl.config import AGENT_KINDS, EnvConfig
 from glamrl.errors import GlamrlError
+from glamrl.files import disk_failure
+from glamrl.rundir import check_output
 
 EXAMPLES = """examples:
   glamrl eval --agent bot --env BabyAI-MixedTestLocal-v0 --episodes 200
@@ -146,32 +148,35 @@ def cmd_play(args: argparse.Namespace) -> None:
     import dataclasses
 
     from glamrl.eval.agents import agent_builder
-    from glamrl.eval.output import check_writable
-    from glamrl.eval.render import draw_frames, play_episode, write_episode
+    from glamrl.eval.render import SUFFIXES, draw_frames, play_episode, write_episode
     from glamrl.eval.suite import TRAIN_LEVEL, SuiteTest, select_tests
     from glamrl.envs import make_env
 
+    fmt = "gif" if args.format == "gif" else "png"
+    check_output(args.out, suffixes=(SUFFIXES[fmt],))
     if args.test is not None:
         (test,) = select_tests(None, args.test)
         test = dataclasses.replace(test, env_id=args.env or test.env_id)
     else:
         test = SuiteTest("play", "one episode", env_id=args.env or TRAIN_LEVEL, language=args.language)
     make_env(test.env_id)  # an unknown id fails here, before the agent loads
-    check_writable(args.out)
     label, build = agent_builder(args)
     moments, names = play_episode(test, build, args.seed, args.max_frames)
     where = test.env_id if args.test is None else f"{test.name}, {test.env_id}"
     images = draw_frames(moments, names, f"{label} | {where} seed {args.seed}")
-    write_episode(images, args.out, "gif" if args.format == "gif" else "png")
+    write_episode(images, args.out, fmt)
     outcome = moments[-1].outcome or f"stopped after {len(moments)} frames"
     print(f"{label}: {outcome}; {len(images)} frames in {args.out}")
 
 
 def cmd_experiment(args: argparse.Namespace) -> None:
     from glamrl.eval.experiment import load_experiment, report, run_dir, run_tasks, write_sbatch
+    from glamrl.rundir import check_output
 
     experiment = load_experiment(args.file)
+    check_output(experiment.out, "the experiment's out", directory=True)
     if args.sbatch is not None:
+        check_output(args.sbatch, "--sbatch", suffixes=(".sbatch", ".sh"))
         write_sbatch(experiment, args.file, args.sbatch, time=args.time, cpus=args.cpus)
         print(f"wrote {args.sbatch}: {len(experiment.tasks)} array tasks; submit it with sbatch {args.sbatch}")
         for i, (spec, seed) in enumerate(experiment.tasks):
@@ -209,11 +214,11 @@ def cmd_eval(args: argparse.Namespace) -> None:
         return cmd_suite(args)
     args.env = args.env or EnvConfig.id
     from glamrl.envs import make_vector_env
+    from glamrl.files import write_text
     from glamrl.rollout import evaluate, format_table
-    from glamrl.rundir import check_writable_file
 
     if args.out:
-        check_writable_file(args.out)
+        check_output(args.out, suffixes=(".json",))
     from glamrl.eval.agents import make_eval_agent
 
     envs = make_vector_env(args.env, args.num_envs, task=args.task, language=args.language)
@@ -223,25 +228,29 @@ def cmd_eval(args: argparse.Namespace) -> None:
     print(f"{args.agent} on {args.env} ({args.episodes} episodes, seed {args.seed})")
     print(format_table(summary))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(summary, indent=2))
+        write_text(args.out, json.dumps(summary, indent=2))
         print(f"wrote {args.out}")
 
 
 def cmd_suite(args: argparse.Namespace) -> None:
-    """`glamrl eval --suite`: every test of the suite, one JSON; bad names, agents or paths fail first."""
+    """`glamrl eval --suite`: every test of the suite, one JSON; bad names, agents or paths fail first.
+
+    The JSON names the suite only when all its tests were asked (`--tests` makes it "custom"), and is
+    `complete` once every test asked has run (it is rewritten after each test).
+    """
     import time
 
     from glamrl.eval.agents import agent_builder
-    from glamrl.eval.output import check_writable, write_json
     from glamrl.eval.suite import format_header, on_level, run_suite, select_tests
+    from glamrl.files import write_text
     from glamrl.train import EVAL_SEED_OFFSET
 
     tests, skipped = select_tests(args.suite, args.tests), {}
     if args.env is not None:
         tests, skipped = on_level(tests, args.env)
+    suite = "custom" if args.tests is not None else args.suite or "paper"
     if args.out:
-        check_writable(args.out)
+        check_output(args.out, suffixes=(".json",))
     label, build = agent_builder(args)
     seed = args.seed + EVAL_SEED_OFFSET
     print(f"{label}: {len(tests)} tests, {args.episodes} episodes each, evaluation seeds from {seed}")
@@ -252,10 +261,10 @@ def cmd_suite(args: argparse.Namespace) -> None:
 
     def save(results: dict) -> None:  # after every test, so that a long suite stopped early keeps what it ran
         if args.out:
-            write_json(args.out, {"suite": args.suite or "custom", "agent": label, "seed": args.seed,
-                                  "eval_seed": seed, "episodes_per_test": args.episodes,
-                                  "complete": len(results) == len(tests), "skipped": skipped,
-                                  "wall_time_s": round(time.time() - start, 2), "tests": results})
+            write_text(args.out, json.dumps({
+                "suite": suite, "agent": label, "seed": args.seed, "eval_seed": seed,
+                "episodes_per_test": args.episodes, "complete": len(results) == len(tests), "skipped": skipped,
+                "wall_time_s": round(time.time() - start, 2), "tests": results}, indent=2))
 
     run_suite(tests, build, args.episodes, seed, args.num_envs, progress=True,
               say=lambda line: print(line, flush=True), after_test=save)
@@ -268,6 +277,7 @@ def cmd_demos(args: argparse.Namespace) -> None:
     from glamrl.envs.actions import action_names
     from glamrl.rollout import format_table
 
+    check_output(args.out, suffixes=(".jsonl",))
     if args.agent is None and args.run is None:
         args.agent = "bot"
     from glamrl.eval.agents import make_eval_agent
@@ -287,44 +297,55 @@ def cmd_bc(args: argparse.Namespace) -> None:
     from glamrl.bc import train_bc
     from glamrl.config import load_train_config, resolve_run_config
     from glamrl.plot import plot_runs
-    from glamrl.rundir import run_lock
+    from glamrl.rundir import CURVES_FILE, run_lock
 
     cfg = load_train_config(args.config, args.overrides) if args.config else None
     with run_lock(args.run_dir):
         cfg, resume = resolve_run_config(args.run_dir, cfg, args.overrides)
         result = train_bc(cfg, args.data, args.run_dir, resume=resume, progress=not args.no_progress)
-    png = plot_runs([args.run_dir], args.run_dir / "curves.png", metrics=("loss",))
+    png = plot_runs([args.run_dir], args.run_dir / CURVES_FILE, metrics=("loss",))
     print(f"cloned for {result.updates} steps ({result.frames} records); logs, checkpoints and {png.name} "
           f"in {args.run_dir}")
 
 
 def cmd_train(args: argparse.Namespace) -> None:
     from glamrl import distributed
+
+    distributed.init()  # under torchrun: join the other ranks; alone: nothing
+    try:
+        train_run(args)
+    except distributed.StoppedByMainRank:  # rank 0 refused the run and reports why; this rank exits quietly
+        return
+
+
+def train_run(args: argparse.Namespace) -> None:
+    from glamrl import distributed
     from glamrl.config import ConfigError, load_train_config, resolve_run_config
     from glamrl.plot import plot_runs
-    from glamrl.rundir import clear_run_dir, run_lock
+    from glamrl.rundir import CURVES_FILE, clear_run_dir, run_lock
     from glamrl.train import default_run_dir, train
     from glamrl.train_drrn import train_drrn
 
-    ranks = distributed.init()  # under torchrun: join the other ranks; alone: nothing
+    ranks = distributed.current()
     cfg = load_train_config(args.config, args.overrides) if args.config else None
     run_dir = args.run_dir or (default_run_dir(cfg) if cfg else None)
     if run_dir is None:
         raise ConfigError("give --config (a new run) or --run-dir (a run to resume)")
     if args.overwrite and cfg is None:
         raise ConfigError("--overwrite starts a run afresh: give its --config")
-    with run_lock(run_dir) if ranks.is_main else contextlib.nullcontext():
-        resolved = None
-        if ranks.is_main:  # rank 0 alone reads the run directory; the others get its answer
+    with contextlib.ExitStack() as held:
+        def claim() -> tuple:  # rank 0 alone locks and reads the run directory; the others get its answer
+            held.enter_context(run_lock(run_dir))
             if args.overwrite:
                 clear_run_dir(run_dir)
-            resolved = resolve_run_config(run_dir, cfg, args.overrides)
-        cfg, resume = distributed.broadcast_object(resolved)
+            return resolve_run_config(run_dir, cfg, args.overrides)
+
+        cfg, resume = distributed.from_main(claim)
         loop = train_drrn if cfg.agent.kind == "drrn" else train  # off-policy DRRN; llm and symbolic: PPO
         result = loop(cfg, run_dir, resume=resume, progress=not args.no_progress)
         if not ranks.is_main:
             return
-        png = plot_runs([run_dir], run_dir / "curves.png")
+        png = plot_runs([run_dir], run_dir / CURVES_FILE)
     print(f"trained {result.updates} updates, {result.frames} frames; logs, checkpoints and {png.name} in {run_dir}")
     if result.success_before is not None and result.success_after is not None:
         print(f"success rate: {result.success_before:.3f} before -> {result.success_after:.3f} after")
@@ -338,10 +359,9 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
-    from glamrl.plot import plot_runs
-    from glamrl.rundir import check_writable_file
+    from glamrl.plot import SUFFIXES, plot_runs
 
-    check_writable_file(args.out)
+    check_output(args.out, suffixes=SUFFIXES)
     if args.probes:
         from glamrl.eval.probes import plot_probes
 
@@ -353,6 +373,8 @@ def cmd_plot(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. The error boundary: bad input (a GlamrlError) and the disk refusing a write print one
+    `glamrl: error:` line and exit 2; anything else is a bug and keeps its traceback."""
     args = build_parser().parse_args(argv)
     try:
         {"eval": cmd_eval, "train": cmd_train, "demos": cmd_demos, "bc": cmd_bc, "plot": cmd_plot,
@@ -361,8 +383,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("glamrl: interrupted", file=sys.stderr)
         return 130
-    except GlamrlError as err:  # bad input: one line; anything else is a bug and keeps its traceback
+    except GlamrlError as err:
         print(f"glamrl: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a write outside the atomic writer (TensorBoard, an append) that the disk refused
+        reason = disk_failure(err)
+        if reason is None:
+            raise
+        print(f"glamrl: error: cannot write {err.filename or 'a file'}: {reason}", file=sys.stderr)
         return 2
     return 0
 

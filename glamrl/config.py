@@ -12,7 +12,6 @@ import ast
 import dataclasses
 import inspect
 import math
-import os
 import textwrap
 import types
 import typing
@@ -25,6 +24,8 @@ import yaml
 
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.errors import GlamrlError
+from glamrl.files import write_text
+from glamrl.rundir import CONFIG_FILE, check_new_run_dir
 
 if TYPE_CHECKING:
     from gymnasium.vector import SyncVectorEnv
@@ -204,20 +205,14 @@ class PPOConfig:
     """learning rate of the value head's parameters (the symbolic agent's critic); null: ppo.lr (GLAM)."""
 
     def __post_init__(self) -> None:
-        for name in ("total_frames", "num_steps", "epochs", "minibatch_size", "grad_accum"):
-            _check(getattr(self, name) >= 1, f"ppo.{name} must be >= 1")
-        _check(self.lr > 0, f"ppo.lr must be > 0, got {self.lr}")
+        _check_range(self, "ppo", COUNT, "total_frames", "num_steps", "epochs", "minibatch_size", "grad_accum")
+        _check_range(self, "ppo", POSITIVE, "lr", "adam_eps", "clip_eps", "max_grad_norm", "reward_scale")
+        _check_range(self, "ppo", FRACTION, "adam_beta1", "adam_beta2", "value_norm_decay")
+        _check_range(self, "ppo", NON_NEGATIVE, "entropy_coef", "value_coef")
+        _check_range(self, "ppo", UNIT, "gamma", "gae_lambda")
         _check(self.value_lr is None or self.value_lr > 0, f"ppo.value_lr must be > 0 or null, got {self.value_lr}")
-        _check(0 <= self.value_norm_decay < 1, f"ppo.value_norm_decay must be in [0, 1), got {self.value_norm_decay}")
-        for name in ("adam_beta1", "adam_beta2"):
-            _check(0 <= getattr(self, name) < 1, f"ppo.{name} must be in [0, 1), got {getattr(self, name)}")
-        for name in ("adam_eps", "clip_eps", "max_grad_norm", "reward_scale"):
-            _check(getattr(self, name) > 0, f"ppo.{name} must be > 0, got {getattr(self, name)}")
-        for name in ("entropy_coef", "value_coef"):
-            _check(getattr(self, name) >= 0, f"ppo.{name} must be >= 0, got {getattr(self, name)}")
         _check(self.minibatch_size % self.grad_accum == 0,
                f"ppo.minibatch_size ({self.minibatch_size}) must be a multiple of ppo.grad_accum ({self.grad_accum})")
-        _check(0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1, "ppo.gamma and ppo.gae_lambda must be in [0, 1]")
 
 
 # --------------------------------------------------------------------------- agent
@@ -280,9 +275,9 @@ class DRRNConfig:
     """epsilon when evaluating without --greedy / run.eval_greedy (exploration=epsilon; a greedy
     Q-policy can loop forever)."""
     max_grad_norm: float = 5.0
-    """clip the gradient's global norm to this (GLAM: 5)."""
+    """clip the gradient's global norm to this, > 0 (GLAM: 5)."""
     reward_scale: float = 20.0
-    """the Q targets use reward_scale x the env reward (GLAM: 20)."""
+    """the Q targets use reward_scale x the env reward, > 0 (GLAM: 20)."""
     log_every: int = 1_000
     """frames between log rows (and checkpoints)."""
     max_tokens: int = 512
@@ -296,11 +291,11 @@ class DRRNConfig:
         _check(self.exploration in ("softmax", "epsilon"),
                f"drrn.exploration must be softmax or epsilon, got {self.exploration!r}")
         _check(self.temperature > 0, "drrn.temperature must be > 0")
-        _check(self.lr > 0, "drrn.lr must be > 0")
-        _check(0 <= self.gamma <= 1, "drrn.gamma must be in [0, 1]")
+        _check_range(self, "drrn", NON_NEGATIVE, "learning_starts", "epsilon_decay_frames")
+        _check_range(self, "drrn", POSITIVE, "lr", "max_grad_norm", "reward_scale")
+        _check_range(self, "drrn", UNIT, "gamma", "eval_epsilon")
         _check(0 <= self.epsilon_end <= self.epsilon_start <= 1,
                "drrn needs 0 <= epsilon_end <= epsilon_start <= 1")
-        _check(0 <= self.eval_epsilon <= 1, "drrn.eval_epsilon must be in [0, 1]")
         _check(self.batch_size <= self.replay_size, "drrn.batch_size must be <= drrn.replay_size")
 
 
@@ -351,15 +346,15 @@ class BCConfig:
     batch_size: int = 16
     """demonstration records per optimizer step."""
     lr: float = 1e-4
-    """Adam learning rate."""
+    """Adam learning rate, > 0."""
     max_grad_norm: float = 1.0
-    """clip the gradient's global norm to this."""
+    """clip the gradient's global norm to this, > 0."""
     log_every: int = 10
     """optimizer steps between log rows (and checkpoints)."""
 
     def __post_init__(self) -> None:
         _check_positive(self, "bc", ("epochs", "batch_size", "log_every"))
-        _check(self.lr > 0, "bc.lr must be > 0")
+        _check_range(self, "bc", POSITIVE, "lr", "max_grad_norm")
 
 
 # ----------------------------------------------------------------------------- run
@@ -506,14 +501,12 @@ def load_train_config(path: str | Path | None, overrides: Sequence[str] = ()) ->
 
 # ------------------------------------------------------------------ a run's config
 # A run directory keeps the config it was started with, in RUN_DIR/config.yaml. The rule:
-# - no config.yaml in RUN_DIR: a new run, and --config is needed;
+# - no config.yaml in RUN_DIR: a new run, and --config is needed (a directory holding a run's other
+#   files without config.yaml is refused: see glamrl.rundir);
 # - config.yaml present, no --config: resume it; dotted overrides (e.g. ppo.total_frames=...
 #   to extend the run) apply on top and are recorded in config.yaml;
 # - config.yaml present and --config given: resume only if both give the same config,
 #   else refuse and say how to resume or start afresh (--overwrite, or another --run-dir).
-CONFIG_FILE = "config.yaml"
-
-
 def read_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> TrainConfig | None:
     """RUN_DIR/config.yaml with `overrides` applied, or None when the run has no config."""
     path = run_dir / CONFIG_FILE
@@ -531,9 +524,10 @@ def resolve_run_config(run_dir: Path, cfg: TrainConfig | None, overrides: Sequen
     if saved is None:
         if cfg is None:
             raise ConfigError(f"{run_dir} holds no run to resume (no {CONFIG_FILE}); start one with --config FILE")
+        check_new_run_dir(run_dir)
         return cfg, False
     if cfg is not None and cfg != saved:
-        changed = [key for key, value in _flatten(cfg.to_dict()).items() if _flatten(saved.to_dict())[key] != value]
+        changed = changed_fields(saved.to_dict(), cfg.to_dict())
         raise ConfigError(
             f"{run_dir} already holds a run with another config ({', '.join(changed[:3])} differ); resume it with "
             f"'glamrl train --run-dir {run_dir}' (plus overrides such as ppo.total_frames=N), or start afresh "
@@ -543,17 +537,21 @@ def resolve_run_config(run_dir: Path, cfg: TrainConfig | None, overrides: Sequen
 
 def write_config(cfg: TrainConfig, run_dir: Path) -> None:
     """RUN_DIR/config.yaml, written atomically."""
-    tmp = run_dir / f".{CONFIG_FILE}.tmp"
-    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    os.replace(tmp, run_dir / CONFIG_FILE)
+    write_text(run_dir / CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def changed_fields(before: dict[str, Any], after: dict[str, Any], sections: Sequence[str] | None = None) -> list[str]:
+    """The dotted fields whose values differ between two config dicts (`to_dict()`), in `sections` only if given."""
+    old, new = flatten(before), flatten(after)
+    return [key for key in new if old.get(key) != new[key] and (sections is None or key.split(".")[0] in sections)]
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"ppo": {"lr": 1}} -> {"ppo.lr": 1}."""
     flat = {}
     for key, value in data.items():
         if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
+            flat.update(flatten(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
     return flat
@@ -565,9 +563,42 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def _check_positive(section: Any, name: str, fields: tuple[str, ...]) -> None:
-    for field_name in fields:
-        _check(getattr(section, field_name) >= 1, f"{name}.{field_name} must be >= 1")
+@dataclass(frozen=True)
+class _Range:
+    """The values a numeric field may take, between `low` and `high`, each bound included unless open."""
+
+    low: float
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+
+    def holds(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def __str__(self) -> str:
+        if self.high == math.inf:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+
+
+COUNT = _Range(1)                             # >= 1: steps, sizes, epochs
+POSITIVE = _Range(0, low_open=True)           # > 0: learning rates, clip norms, reward scales
+NON_NEGATIVE = _Range(0)                      # >= 0: loss weights
+FRACTION = _Range(0, 1, high_open=True)       # [0, 1): Adam's betas, dropout
+UNIT = _Range(0, 1)                           # [0, 1]: discounts, probabilities
+
+
+def _check_range(section: Any, prefix: str, allowed: _Range, *fields: str) -> None:
+    """Refuse a field of `section` outside `allowed`, naming it `prefix.field` (every algorithm's section uses this)."""
+    for name in fields:
+        value = getattr(section, name)
+        _check(allowed.holds(value), f"{prefix}.{name} must be {allowed}, got {value}")
+
+
+def _check_positive(section: Any, prefix: str, fields: tuple[str, ...]) -> None:
+    _check_range(section, prefix, COUNT, *fields)
 
 
 def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:

@@ -4,7 +4,10 @@
      "task": "go_to", "episode": 3, "step": 0, "episode_return": 0.9, "success": true}
 
 `prompt` is GLAM's prompt (glamrl/prompts.py) of the decision, with the action names
-and history length given; behavioural cloning (glamrl/bc.py) learns `action` from it.
+and history length given; behavioural cloning (glamrl/bc.py) learns `action` from it. A
+record is read back only if its `action` is the name the cloning config gives its
+`action_index` (`read_demos`): demonstrations recorded with other action names (another
+language, other words) are refused, not cloned under the wrong names.
 Episodes are counted as in evaluation: a fixed quota per env, so short ones are not favoured.
 """
 
@@ -21,11 +24,13 @@ from gymnasium.vector import SyncVectorEnv
 from glamrl.agents.base import Agent, Decision
 from glamrl.envs import EpisodeResult
 from glamrl.errors import GlamrlError
+from glamrl.files import atomic_output
 from glamrl.prompts import PromptHistory
 from glamrl.rollout import evaluate
 
+
 class DemoFileError(GlamrlError, ValueError):
-    """A demonstration file that is missing, empty or not glamrl's JSONL records."""
+    """A demonstration file that is missing, empty, not glamrl's JSONL records, or not the data of the run resumed."""
 
 
 class RecordingAgent:
@@ -72,28 +77,49 @@ def record_demos(envs: SyncVectorEnv, agent: Agent, episodes: int, seed: int, ac
 
 
 def write_demos(records: list[dict[str, Any]], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
+    """The records as JSONL at `path`, written atomically."""
+    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    tmp.replace(path)
     return path
 
 
-def read_demos(path: Path) -> list[dict[str, Any]]:
-    """The records of a demonstration file; `DemoFileError` names the first bad line."""
+def read_demos(path: Path, action_names: Sequence[str]) -> list[dict[str, Any]]:
+    """The records of a demonstration file, each naming its action as `action_names` does; `DemoFileError`
+    names the first bad line (blank lines are skipped)."""
     if not path.is_file():
         raise DemoFileError(f"demonstration file not found: {path}")
     records = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            where = f"{path}:{number}"
             try:
+                line = raw.decode("utf-8")
+                if not line.strip():
+                    continue
                 record = json.loads(line)
+            except UnicodeDecodeError:
+                raise DemoFileError(f"{where} is not UTF-8 text (expected one JSON record per line)") from None
             except json.JSONDecodeError:
-                raise DemoFileError(f"{path}:{number} is not JSON (expected one record per line)") from None
-            if not isinstance(record, dict) or not {"prompt", "action_index"} <= record.keys():
-                raise DemoFileError(f"{path}:{number} lacks 'prompt' and 'action_index' (write it with glamrl demos)")
+                raise DemoFileError(f"{where} is not JSON (expected one record per line)") from None
+            _check_record(record, where, action_names)
             records.append(record)
     if not records:
         raise DemoFileError(f"{path} holds no demonstration")
     return records
+
+
+def _check_record(record: Any, where: str, action_names: Sequence[str]) -> None:
+    """Refuse a record that is not a (prompt, action, action_index) of glamrl demos with these action names."""
+    if not isinstance(record, dict) or not {"prompt", "action", "action_index"} <= record.keys():
+        raise DemoFileError(f"{where} lacks 'prompt', 'action' and 'action_index' (write it with glamrl demos)")
+    for key, kind, noun in (("prompt", str, "a string"), ("action", str, "a string"), ("action_index", int, "an integer")):
+        if type(record[key]) is not kind:  # True, 1.5 and "0" are no action index
+            raise DemoFileError(f"{where}: {key} must be {noun}, got {record[key]!r}")
+    index, action = record["action_index"], record["action"]
+    if not 0 <= index < len(action_names):
+        raise DemoFileError(f"{where}: action_index {index} is outside 0..{len(action_names) - 1}")
+    if action != action_names[index]:
+        raise DemoFileError(
+            f"{where}: action {action!r} (index {index}) is not the config's prompt.actions[{index}] = "
+            f"{action_names[index]!r}; record the demonstrations with the config's actions and language, or set "
+            f"prompt.actions (and env.language) to theirs")

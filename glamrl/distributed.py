@@ -6,15 +6,17 @@ Each rank collects `env.num_envs x ppo.num_steps` frames with its own seeds, com
 the PPO gradients of its own minibatches, and the gradients are averaged over the ranks
 before every optimiser step (gloo on CPU, NCCL on GPU), so every replica takes the same
 step and stays bitwise identical. Rank 0 alone reads and writes the run directory; the
-others receive the config and the resumed state from it. Without torchrun (WORLD_SIZE
+others receive the config and the resumed state from it, or its refusal (`from_main`): the rank
+that found an error reports it, the others stop quietly. Without torchrun (WORLD_SIZE
 unset or 1) nothing here sets anything up, and every helper is a no-op.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -35,6 +37,10 @@ T = TypeVar("T")
 
 class DistributedError(GlamrlError):
     """The ranks lost each other (a rank died, or the network failed) or drifted apart."""
+
+
+class StoppedByMainRank(GlamrlError):
+    """Rank 0 refused the job and reports why; another rank stops quietly (the CLI exits 0 there)."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,14 @@ def init() -> Ranks:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         timeout = float(os.environ.get("GLAMRL_DIST_TIMEOUT", DEFAULT_TIMEOUT_S))
         dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout))
+        atexit.register(close)  # leave the group before the interpreter goes, so no backend thread is cut off
     return current()
+
+
+def close() -> None:
+    """Leave the process group, if this process joined one."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def current() -> Ranks:
@@ -95,6 +108,27 @@ def broadcast_object(value: T) -> T:
     with _collective("receiving rank 0's state"):
         dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def from_main(compute: Callable[[], T]) -> T:
+    """`compute()` run by rank 0 alone, its value on every rank; a GlamrlError there stops every rank.
+
+    Rank 0 raises the error itself (and so reports it); the other ranks raise `StoppedByMainRank`.
+    """
+    ranks = current()
+    if not ranks.active:
+        return compute()
+    if ranks.is_main:
+        try:
+            value = compute()
+        except GlamrlError as err:
+            broadcast_object(("error", str(err)))
+            raise
+        return broadcast_object(("ok", value))[1]
+    outcome, value = broadcast_object(None)
+    if outcome == "error":
+        raise StoppedByMainRank(f"rank 0 stopped the job: {value}")
+    return value
 
 
 def gather_objects(value: T) -> list[T]:

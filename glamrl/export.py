@@ -7,7 +7,9 @@ LoRA merged into them with --merge-lora) or a peft adapter (adapter_config.json 
 adapter_model.safetensors, with the base model in DIR/base when it has no loadable name),
 the tokenizer, the heads (glamrl_heads.safetensors + glamrl_heads.json, see
 `glamrl.llm.exported`) and a model card (README.md). It is written in a temporary
-directory next to DIR and renamed into place, so DIR is never half-written.
+directory next to DIR and renamed into place (`glamrl.files.atomic_output`), so DIR is never
+half-written, and a later export removes the temporaries of one that was killed. DIR may not
+lie inside a run directory; `--overwrite` replaces only an earlier export.
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from safetensors.torch import save_file
 from glamrl.agents.factory import restore_model
 from glamrl.config import TrainConfig, read_run_config
 from glamrl.errors import GlamrlError
+from glamrl.files import atomic_output
 from glamrl.llm.exported import (
     BASE_DIR,
     HEADS_FILE,
@@ -37,6 +38,7 @@ from glamrl.llm.exported import (
 from glamrl.llm.loading import EMBEDDED_NAME, TINY_NAMES, embedded_smollm2_dir
 from glamrl.llm.policy import LLMPolicy
 from glamrl.prompts import build_prompt
+from glamrl.rundir import RUN_DATA, check_output
 
 
 class ExportError(GlamrlError, ValueError):
@@ -49,45 +51,23 @@ def export_run(run_dir: Path, out: Path, merge_lora: bool = False, overwrite: bo
     cfg = read_run_config(run_dir)
     if merge_lora and cfg is not None and not cfg.model.lora:
         raise ExportError(f"--merge-lora applies to LoRA runs; {run_dir} trained all weights (model.lora=false)")
-    check_out(out, run_dir, overwrite)
+    check_out(out, overwrite)
     cfg, policy, state = restore_model(run_dir, kind="llm", device="cpu")
-
-    out.absolute().parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.absolute().with_name(f".{out.name}.tmp-{os.getpid()}-{time.time_ns()}")
-    try:
-        tmp.mkdir()
+    with atomic_output(out, directory=True, replace=overwrite) as tmp:
         manifest = _write(policy, cfg, state, run_dir, out, tmp, merge_lora)
         _readable(tmp)
-        _publish(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return manifest
 
 
-def check_out(out: Path, run_dir: Path, overwrite: bool) -> None:
-    """Refuse an --out that is a file, not empty (without overwrite), the run itself, or unwritable."""
-    if out.exists() and (out.resolve() == run_dir.resolve() or out.resolve() in run_dir.resolve().parents):
-        raise ExportError(f"--out {out} holds the run directory {run_dir}; choose another directory")
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"--out {out} is a file; choose a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise ExportError(f"--out {out} exists and is not empty; give --overwrite to replace it")
-    anchor = out.absolute().parent
-    while not anchor.exists():
-        anchor = anchor.parent
-    if not anchor.is_dir() or not os.access(anchor, os.W_OK | os.X_OK):
-        raise ExportError(f"cannot write --out {out}: {anchor} is not a writable directory")
-
-
-def _publish(tmp: Path, out: Path) -> None:
-    """Move the finished export to `out`; an old export is removed only once the new one is in place."""
+def check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an --out that `check_output` refuses, or that is not empty (unless --overwrite, and an export)."""
+    check_output(out, directory=True)
     if out.is_dir() and any(out.iterdir()):
-        old = tmp.with_name(f".{out.name}.old-{os.getpid()}-{time.time_ns()}")
-        os.rename(out, old)
-        os.rename(tmp, out)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, out)  # replaces a missing or empty directory atomically
+        if not overwrite:
+            raise ExportError(f"--out {out} exists and is not empty; give --overwrite to replace it")
+        if not (out / MANIFEST_FILE).is_file():
+            raise ExportError(f"--out {out} is not a glamrl export (no {MANIFEST_FILE}); --overwrite replaces only "
+                              f"an earlier export: choose another directory")
 
 
 def _readable(tmp: Path) -> None:
@@ -190,7 +170,7 @@ def evaluations(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     """Evaluation results saved in the run directory: `glamrl eval --out` JSONs and every test of suite JSONs."""
     found = []
     for path in sorted(run_dir.rglob("*.json")):
-        if {"checkpoints", "tb"} & set(path.relative_to(run_dir).parts):
+        if set(RUN_DATA) & set(path.relative_to(run_dir).parts):
             continue
         try:
             data = json.loads(path.read_text())

@@ -20,17 +20,21 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
+from glamrl.config import load_yaml  # noqa: E402
+from glamrl.files import atomic_output  # noqa: E402
+from glamrl.rundir import CONFIG_FILE  # noqa: E402
 from glamrl.runlog import read_log  # noqa: E402
 
 GRID_POINTS = 200
+SUFFIXES = (".png", ".pdf", ".svg")  # the figure formats `plot --out` takes
 
 
 def config_key(run_dir: Path) -> str:
     """The run's config without `env.seed`, as canonical YAML; a run without config.yaml is its own key."""
-    path = run_dir / "config.yaml"
+    path = run_dir / CONFIG_FILE
     if not path.exists():
         return f"<no config: {run_dir.resolve()}>"
-    config = yaml.safe_load(path.read_text()) or {}
+    config = load_yaml(path)
     if isinstance(config.get("env"), dict):
         config["env"].pop("seed", None)
     return yaml.safe_dump(config, sort_keys=True)
@@ -38,10 +42,10 @@ def config_key(run_dir: Path) -> str:
 
 def agent_label(run_dir: Path) -> str:
     """What a run trained, for the legend: agent kind (npae for the non-pretrained LLM with heads), model, level."""
-    path = run_dir / "config.yaml"
+    path = run_dir / CONFIG_FILE
     if not path.exists():
         return "?"
-    config = yaml.safe_load(path.read_text()) or {}
+    config = load_yaml(path)
     agent, model, env = (config.get(k) or {} for k in ("agent", "model", "env"))
     kind = agent.get("kind", "llm")
     parts = [kind]
@@ -110,10 +114,12 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
 
 
 def save_figure(fig: plt.Figure, out: str | os.PathLike) -> Path:
-    """Lay `fig` out, write it to the PNG `out` (its folder created) and close it."""
+    """Lay `fig` out, write it atomically to `out` (PNG, or PDF or SVG by its suffix; its folder created), close it."""
     fig.tight_layout()
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    try:
+        with atomic_output(out) as tmp:
+            fig.savefig(tmp, dpi=100, format=out.suffix.lstrip(".").lower() or "png")
+    finally:
+        plt.close(fig)
     return out

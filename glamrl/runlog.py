@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from glamrl.errors import GlamrlError
+from glamrl.files import atomic_output, writing
+from glamrl.rundir import LOG_FILE, TB_DIR
 
 CSV_COLUMNS = (
     "update", "episodes", "frames", "FPS", "duration",
@@ -36,6 +38,10 @@ class LogNotFoundError(GlamrlError, FileNotFoundError):
     """A run directory has no log.csv."""
 
 
+class LogFormatError(GlamrlError, ValueError):
+    """A log.csv that glamrl did not write: a cell that is not a number, a row of another width."""
+
+
 def tb_tag(key: str) -> str:
     """TensorBoard tag of a metric: `losses/*` for the update, `charts/*` for the rest."""
     if "/" in key:
@@ -46,12 +52,8 @@ def tb_tag(key: str) -> str:
 
 
 def _write_atomic(path: Path, rows: list[list[str]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
+    with atomic_output(path) as tmp, open(tmp, "w", newline="") as f:
         csv.writer(f).writerows(rows)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _truncate(path: Path, after_update: int) -> list[dict[str, str]]:
@@ -77,7 +79,7 @@ class RunLogger:
                  tensorboard: bool = True) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.run_dir / "log.csv"
+        self.path = self.run_dir / LOG_FILE
         kept = []
         if resume_after_update is not None and self.path.exists():
             kept = _truncate(self.path, resume_after_update)
@@ -93,16 +95,17 @@ class RunLogger:
 
             # Hide TensorBoard points logged after the checkpoint by the run being resumed.
             purge_step = int(float(kept[-1]["frames"])) + 1 if kept and kept[-1].get("frames") else None
-            self._tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=purge_step)
+            self._tb = SummaryWriter(str(self.run_dir / TB_DIR), purge_step=purge_step)
 
     def log(self, metrics: dict[str, Any]) -> None:
         """Write one update's metrics (None or NaN values are left empty / not plotted)."""
         for key in ("update", "frames"):
             if key not in metrics:
                 raise KeyError(f"RunLogger.log needs {key!r} in the metrics, got {sorted(metrics)}")
-        self._csv.writerow({k: "" if _missing(v) else v for k, v in metrics.items()})
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        with writing(self.path):
+            self._csv.writerow({k: "" if _missing(v) else v for k, v in metrics.items()})
+            self._file.flush()
+            os.fsync(self._file.fileno())
         if self._tb is not None:
             step = int(metrics["frames"])
             for key, value in metrics.items():
@@ -128,12 +131,29 @@ def _missing(value: Any) -> bool:
 
 
 def read_log(run_dir: str | os.PathLike) -> list[dict[str, float]]:
-    """Rows of RUN_DIR/log.csv as floats; empty cells become NaN."""
-    path = Path(run_dir) / "log.csv"
+    """Rows of RUN_DIR/log.csv as floats; empty cells become NaN. `LogFormatError` names a bad cell's line."""
+    path = Path(run_dir) / LOG_FILE
     if not path.exists():
         raise LogNotFoundError(f"no log.csv in {run_dir}: is it a glamrl run directory, and has it logged an update?")
-    with open(path, newline="") as f:
-        return [{k: float(v) if v != "" else math.nan for k, v in row.items()} for row in csv.DictReader(f)]
+    rows = []
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            for line, row in enumerate(csv.DictReader(f), 2):
+                if None in row or None in row.values():
+                    raise LogFormatError(f"{path}:{line} has another number of cells than the header")
+                rows.append({k: _number(v, path, line, k) for k, v in row.items()})
+    except UnicodeDecodeError:
+        raise LogFormatError(f"{path} is not a text CSV file (glamrl writes it; was it overwritten?)") from None
+    return rows
+
+
+def _number(cell: str, path: Path, line: int, column: str) -> float:
+    if cell == "":
+        return math.nan
+    try:
+        return float(cell)
+    except ValueError:
+        raise LogFormatError(f"{path}:{line}: column {column!r} holds {cell[:40]!r}, not a number") from None
 
 
 def episode_stats(returns: list[float], lengths: list[int], successes: list[bool]) -> dict[str, float]:

@@ -9,6 +9,7 @@ shared with the other training loops (`train_drrn.py`, `bc.py`).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections import deque
@@ -24,10 +25,10 @@ from tqdm import tqdm
 from glamrl import distributed, sharding
 from glamrl.agents.base import ActorCriticNetwork
 from glamrl.agents.factory import AgentKindError, make_agent, make_model
-from glamrl.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from glamrl.checkpoint import checkpoint_dir, load_checkpoint, restoring, rng_state, save_checkpoint, set_rng_state
 from glamrl.config import PPOConfig, TrainConfig, write_config
 from glamrl.errors import GlamrlError
-from glamrl.eval.probes import start_probe_log
+from glamrl.eval.probes import read_run_probes, start_probe_log
 from glamrl.rl.buffer import RolloutBuffer
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients
@@ -74,11 +75,11 @@ def open_run(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str) -> dic
     """Seed everything and, resuming, return RUN_DIR's last checkpoint (None for a new run).
 
     `trainer` (ppo, drrn, bc) must be the loop that wrote the checkpoint, stored under "trainer"
-    in it. Under torchrun rank 0 reads the checkpoint and the other ranks receive it. The
-    config is written by the loop once its envs and model could be built (`write_config`).
+    in it. Under torchrun rank 0 reads the checkpoint and the other ranks receive it (or its refusal).
+    The config is written by the loop once its envs and model could be built and the checkpoint
+    restored into them (`write_config`): a start that fails leaves the run directory as it was.
     """
-    ranks = distributed.current()
-    state = distributed.broadcast_object(load_checkpoint(run_dir) if resume and ranks.is_main else None)
+    state = distributed.from_main(lambda: load_checkpoint(run_dir) if resume else None)
     if state is not None and state.get("trainer", "ppo") != trainer:
         raise TrainerMismatchError(
             f"{run_dir} was trained by {state.get('trainer', 'ppo')}, not {trainer}: start a new run from it "
@@ -87,9 +88,17 @@ def open_run(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str) -> dic
     return state
 
 
-def restore_training(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+def resuming_from(cfg: TrainConfig, run_dir: Path, state: dict[str, Any]) -> contextlib.AbstractContextManager:
+    """A block whose loads from RUN_DIR's checkpoint `state` become one error line when they do not fit `cfg`."""
+    return restoring(f"the checkpoint in {checkpoint_dir(run_dir)}", state.get("config"), cfg.to_dict(),
+                     "resume with the values it was saved with, or start afresh with --overwrite or another --run-dir")
+
+
+def restore_training(cfg: TrainConfig, run_dir: Path, state: dict[str, Any], model: torch.nn.Module,
+                     optimizer: torch.optim.Optimizer) -> None:
     """Load a checkpoint's trained weights, optimizer and RNG states (every training loop stores these three)."""
-    sharding.load_state(model, optimizer, state["policy"], state["optimizer"])
+    with resuming_from(cfg, run_dir, state):
+        sharding.load_state(model, optimizer, state["policy"], state["optimizer"])
     set_rng_state(state["rng"])
 
 
@@ -127,9 +136,9 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     N, T, K, R = cfg.env.num_envs, p.num_steps, ranks.world_size, cfg.recurrence  # R: steps per replayed sequence
     frames_per_update = cfg.batch_size * K  # all ranks together
 
-    # ---- envs, model, optimizer; the config is recorded once all of them could be built
+    # ---- envs, model, optimizer, probes; the config is recorded once all of them could be built (and restored)
     envs = cfg.env.make_vector_env()
-    policy = make_model(cfg)
+    policy = make_model(cfg, load_init=state is None)
     if cfg.run.sharding == "fsdp":
         sharding.shard(policy)  # before the optimizer: its parameters become the ranks' shards
     params = [w for w in policy.parameters() if w.requires_grad]
@@ -137,15 +146,16 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     optimizer = torch.optim.Adam(parameter_groups(policy, p), betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps)
     value_norm = ValueNormalizer(p.value_norm_decay) if p.value_norm else None
     agent = make_agent(cfg, policy, envs)
-    if ranks.is_main:
-        write_config(cfg, run_dir)
+    probe_set = read_run_probes(cfg)
     update, frames, episodes, duration = 0, 0, 0, 0.0
     if state is not None:
-        restore_training(state, policy, optimizer)
+        restore_training(cfg, run_dir, state, policy, optimizer)
         if value_norm is not None:
             value_norm.load_state_dict(state["value_norm"])
         update, frames, episodes, duration = state["update"], state["frames"], state["episodes"], state["duration"]
         say(f"resuming {run_dir} after update {update} ({frames} frames)")
+    if ranks.is_main:
+        write_config(cfg, run_dir)
     if not sharding.is_sharded(policy):  # shards are cut from the same seeded (or restored) weights
         distributed.broadcast_parameters(policy)
     if ranks.active:  # each rank samples its own actions and minibatches
@@ -157,7 +167,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     # and a resumed run starts fresh episodes
     obs, _ = envs.reset(seed=cfg.env.seed + (update * K + ranks.rank) * N)
     with sharding.gathered(policy):
-        probes = start_probe_log(cfg, run_dir, policy, update if state is not None else None) if ranks.is_main else None
+        probes = start_probe_log(cfg, run_dir, policy, probe_set, update if state is not None else None) \
+            if ranks.is_main else None
 
     buffer = RolloutBuffer(T, N)
     recent = deque(maxlen=100)  # success of the last episodes, for the progress bar

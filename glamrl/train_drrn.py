@@ -35,7 +35,7 @@ from glamrl.rl.replay import ReplayMemory
 from glamrl.rollout import step
 from glamrl.rundir import holds_run_lock
 from glamrl.runlog import episode_stats
-from glamrl.train import TrainResult, open_logger, open_run, report_success, restore_training
+from glamrl.train import TrainResult, open_logger, open_run, report_success, restore_training, resuming_from
 
 
 def q_learning_step(network: DRRNetwork, target: DRRNetwork, action_ids: torch.Tensor,
@@ -75,22 +75,23 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
     num_rows = math.ceil(d.total_frames / (steps_per_row * N))
 
     # ---- networks, optimizer, replay memory, envs
-    network = make_model(cfg)
+    network = make_model(cfg, load_init=state is None)
     target = copy.deepcopy(network).requires_grad_(False)
     optimizer = torch.optim.Adam(network.parameters(), lr=d.lr)
     memory = ReplayMemory(d.replay_size, d.max_tokens)
     envs = cfg.env.make_vector_env()
     agent: DRRNAgent = make_agent(cfg, network, envs)
-    write_config(cfg, run_dir)  # once the model (and envs) could be built
     update, frames, episodes, duration, grad_steps = 0, 0, 0, 0.0, 0
     if state is not None:
-        restore_training(state, network, optimizer)
-        target.load_state_dict(state["target"])
-        memory.load_state_dict(state["replay"])
+        restore_training(cfg, run_dir, state, network, optimizer)
+        with resuming_from(cfg, run_dir, state):
+            target.load_state_dict(state["target"])
+            memory.load_state_dict(state["replay"])
         update, frames, episodes, duration, grad_steps = (state[k] for k in (
             "update", "frames", "episodes", "duration", "grad_steps"))
         agent.rng = np.random.default_rng([cfg.env.seed, update])
         say(f"resuming {run_dir} after row {update} ({frames} frames)")
+    write_config(cfg, run_dir)  # once the model (and envs) could be built and restored
 
     success_before = report_success(cfg, network, "before training", say) if state is None else None
     logger = open_logger(cfg, run_dir, state)

@@ -12,6 +12,7 @@ from glamrl.bc import train_bc
 from glamrl.checkpoint import load_checkpoint
 from glamrl.config import AgentConfig, load_train_config
 from glamrl.demos import DemoFileError, read_demos
+from glamrl.envs.actions import ACTION_NAMES
 from glamrl.rollout import evaluate
 from glamrl.runlog import read_log
 from glamrl.train import TrainerMismatchError, evaluate_policy, train
@@ -34,7 +35,7 @@ def demos(tmp_path_factory):
 
 
 def test_demos_hold_one_record_per_bot_step(demos):
-    records = read_demos(demos)
+    records = read_demos(demos, ACTION_NAMES)
     assert len(records) == 200  # the bot needs one turn per TurnToObject episode
     first = json.loads(demos.read_text().splitlines()[0])
     assert set(first) == {"prompt", "action", "action_index", "mission", "task", "episode", "step",
@@ -73,8 +74,8 @@ def test_cloning_a_tiny_llm_beats_random_and_ppo_starts_from_it(demos, tmp_path)
 
 def test_bad_demonstration_files_are_one_clear_error(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"prompt": "x", "action_index": 0}\nnot json\n')
+    bad.write_text('{"prompt": "x", "action": "turn left", "action_index": 0}\nnot json\n')
     with pytest.raises(DemoFileError, match="bad.jsonl:2 is not JSON"):
-        read_demos(bad)
+        read_demos(bad, ACTION_NAMES)
     with pytest.raises(DemoFileError, match="not found"):
-        read_demos(tmp_path / "missing.jsonl")
+        read_demos(tmp_path / "missing.jsonl", ACTION_NAMES)

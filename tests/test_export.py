@@ -258,7 +258,7 @@ def test_export_errors_are_one_line_before_any_write(exported, tmp_path, capsys,
     assert main([*args, "--merge-lora"] if case == "merge without lora" else args) == 2
     err = capsys.readouterr().err
     assert err.startswith("glamrl: error: ") and len(err.strip().splitlines()) == 1, err
-    assert {"no checkpoint": "no checkpoint", "unwritable": "not a writable directory",
+    assert {"no checkpoint": "no checkpoint", "unwritable": "is a file, not a directory",
             "not empty": "--overwrite", "merge without lora": "LoRA runs"}[case] in err
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 

@@ -21,9 +21,10 @@ from gymnasium.vector import SyncVectorEnv
 from torch import nn
 
 from glamrl.agents.base import Agent
-from glamrl.checkpoint import CheckpointError, load_checkpoint
-from glamrl.config import AGENT_KINDS, CONFIG_FILE, TrainConfig, read_run_config
+from glamrl.checkpoint import CheckpointError, checkpoint_dir, load_checkpoint, restoring
+from glamrl.config import AGENT_KINDS, TrainConfig, read_run_config
 from glamrl.errors import GlamrlError
+from glamrl.rundir import CONFIG_FILE
 
 TRAINABLE_KINDS = ("llm", "drrn", "symbolic")
 
@@ -60,12 +61,17 @@ def restore_model(run_dir: Path, kind: str | None = None,
     cfg = dataclasses.replace(cfg, model=model_cfg, agent=dataclasses.replace(cfg.agent, init_from=None))
     torch.manual_seed(cfg.env.seed)  # untrained weights (tiny models, LoRA bases) drawn as training drew them
     model = make_model(cfg)
-    model.load_trainable_state_dict(state["policy"])
+    with restoring(f"the checkpoint in {checkpoint_dir(run_dir)}", state.get("config"), cfg.to_dict(),
+                   f"restore those values in {run_dir / CONFIG_FILE}"):
+        model.load_trainable_state_dict(state["policy"])
     return cfg, model.eval(), state
 
 
-def make_model(cfg: TrainConfig) -> nn.Module | None:
-    """The trainable network of `cfg.agent.kind`, started from `cfg.agent.init_from` if given; None: nothing to train."""
+def make_model(cfg: TrainConfig, load_init: bool = True) -> nn.Module | None:
+    """The trainable network of `cfg.agent.kind`, started from `cfg.agent.init_from` if given; None: nothing to train.
+
+    `load_init=False` leaves `agent.init_from` unread: a resumed run's own checkpoint holds its weights.
+    """
     kind = cfg.agent.kind
     if kind == "llm":
         from glamrl.llm.policy import LLMPolicy
@@ -83,9 +89,15 @@ def make_model(cfg: TrainConfig) -> nn.Module | None:
         return None
     else:
         raise AgentKindError(f"unknown agent kind {kind!r}; known kinds: {', '.join(AGENT_KINDS)}")
-    if cfg.agent.init_from:
-        _, state = read_run(Path(cfg.agent.init_from), kind)
-        model.load_trainable_state_dict(state["policy"])
+    if cfg.agent.init_from and load_init:
+        source = f"agent.init_from={cfg.agent.init_from}"
+        try:
+            _, state = read_run(Path(cfg.agent.init_from), kind)
+        except GlamrlError as err:  # its kind, same message, naming the field that led there
+            raise type(err)(f"{source} cannot start this run: {err}") from None
+        with restoring(source, state.get("config"), cfg.to_dict(),
+                       "give this run the values of that run, or train it from scratch without agent.init_from"):
+            model.load_trainable_state_dict(state["policy"])
     return model
 
 

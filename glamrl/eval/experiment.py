@@ -32,6 +32,7 @@ import yaml
 
 from glamrl.config import ConfigError, EnvConfig, load_train_config
 from glamrl.eval.stats import mean_interval
+from glamrl.files import write_text
 from glamrl.runlog import read_log
 
 EVAL_ONLY = ("random", "bot")
@@ -222,9 +223,7 @@ cd {shlex.quote(str(Path.cwd()))}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK
 {shlex.quote(sys.executable)} -m glamrl.cli experiment {shlex.quote(str(experiment_file))} --task "$SLURM_ARRAY_TASK_ID"
 """
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(script)
-    return out
+    return write_text(out, script)
 
 
 # -------------------------------------------------------------------------------- report
@@ -272,10 +271,7 @@ def report(experiment: Experiment) -> Path:
                      f"{_mean_ci([r['num_frames_mean'] for r in last if r], len(group), '.1f')} |")
     for name, b in baselines.items():
         lines.append(f"| {name} (evaluated) | | | | {b['success_rate']:.2f} | {b['num_frames_mean']:.1f} |")
-    out = experiment.out / "report.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
-    return out
+    return write_text(experiment.out / "report.md", "\n".join(lines) + "\n")
 
 
 def _mean_ci(values: list[float], runs: int, fmt: str) -> str:

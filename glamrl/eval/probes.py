@@ -17,7 +17,6 @@ probe and action before training (update 0) and after every update; `glamrl plot
 from __future__ import annotations
 
 import csv
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +26,10 @@ import yaml
 
 from glamrl.config import TrainConfig
 from glamrl.errors import GlamrlError
+from glamrl.files import atomic_output, writing
 from glamrl.prompts import build_prompt
+from glamrl.rundir import PROBES_FILE
 
-PROBES_FILE = "probes.csv"
 COLUMNS = ("update", "frames", "probe", "action", "prob")
 
 
@@ -49,9 +49,10 @@ def load_probes(path: str | Path, action_names: Sequence[str], language: str = "
     if not path.is_file():
         raise ProbeError(f"probe file not found: {path} (run.probes)")
     try:
-        entries = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ProbeError(f"probe file {path} is not valid YAML: {err}") from None
+        entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ProbeError(f"probe file {path} is not valid YAML: {reason}") from None
     if not isinstance(entries, list) or not entries:
         raise ProbeError(f"probe file {path} must hold a non-empty list of probes")
     probes = []
@@ -80,30 +81,34 @@ class ProbeLog:
         if resume_after_update is not None and self.path.exists():
             with open(self.path, newline="") as f:
                 kept = [r for r in csv.DictReader(f) if int(r["update"]) <= resume_after_update]
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", newline="") as f:
+        with atomic_output(self.path) as tmp, open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, COLUMNS)
             writer.writeheader()
             writer.writerows(kept)
-        os.replace(tmp, self.path)
 
     @torch.inference_mode()
     def record(self, policy: torch.nn.Module, update: int, frames: int) -> None:
         """Score every probe with `policy` (an `LLMPolicy`) and append its action probabilities."""
         probs = policy([p.prompt for p in self.probes], self.action_names).log_probs.float().exp()  # (P, A)
-        with open(self.path, "a", newline="") as f:
+        with writing(self.path), open(self.path, "a", newline="") as f:
             writer = csv.writer(f)
             for probe, row in zip(self.probes, probs.tolist()):
                 writer.writerows([update, frames, probe.name, a, f"{p:.6f}"] for a, p in zip(self.action_names, row))
 
 
-def start_probe_log(cfg: TrainConfig, run_dir: Path, policy: torch.nn.Module,
-                    resume_after_update: int | None) -> ProbeLog | None:
-    """The run's probe log (None without `run.probes`); a new run records the untrained policy as update 0."""
+def read_run_probes(cfg: TrainConfig) -> list[Probe] | None:
+    """The probes of `run.probes` (None without), read before the run writes anything: a bad file fails its start."""
     if cfg.run.probes is None:
         return None
-    log = ProbeLog(run_dir, load_probes(cfg.run.probes, cfg.prompt.actions, cfg.env.language), cfg.prompt.actions,
-                   resume_after_update)
+    return load_probes(cfg.run.probes, cfg.prompt.actions, cfg.env.language)
+
+
+def start_probe_log(cfg: TrainConfig, run_dir: Path, policy: torch.nn.Module, probes: list[Probe] | None,
+                    resume_after_update: int | None) -> ProbeLog | None:
+    """The run's probe log of `probes` (None: no log); a new run records the untrained policy as update 0."""
+    if probes is None:
+        return None
+    log = ProbeLog(run_dir, probes, cfg.prompt.actions, resume_after_update)
     if resume_after_update is None:
         log.record(policy, 0, 0)
     return log

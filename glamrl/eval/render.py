@@ -16,12 +16,14 @@ import gymnasium as gym
 import numpy as np
 
 from glamrl.eval.suite import AgentBuilder, SuiteTest
+from glamrl.files import atomic_output
 from glamrl.rollout import step
 
 FRAME_MS = 800          # GIF frame duration
 LAST_FRAME_MS = 2500
 SHEET_COLUMNS = 4
 MAX_SENTENCES = 9       # description sentences shown per frame
+SUFFIXES = {"gif": ".gif", "png": ".png"}  # the file name each format is written under
 
 
 class RecordFrames(gym.Wrapper):
@@ -128,13 +130,14 @@ def draw_frames(moments: Sequence[Moment], action_names: Sequence[str], title: s
 
 
 def write_episode(images: Sequence[np.ndarray], out: Path, fmt: str = "gif") -> Path:
-    """A looping GIF (the last frame held longer) or a PNG sheet of every frame, `SHEET_COLUMNS` wide."""
+    """A looping GIF (the last frame held longer) or a PNG sheet of every frame, `SHEET_COLUMNS` wide (atomically)."""
     from PIL import Image
 
     frames = [Image.fromarray(im) for im in images]
     if fmt == "gif":
         durations = [FRAME_MS] * (len(frames) - 1) + [LAST_FRAME_MS]
-        frames[0].save(out, save_all=True, append_images=frames[1:], duration=durations, loop=0)
+        with atomic_output(out) as tmp:
+            frames[0].save(tmp, format="GIF", save_all=True, append_images=frames[1:], duration=durations, loop=0)
         return out
     w, h = frames[0].size
     cols = min(SHEET_COLUMNS, len(frames))
@@ -142,5 +145,6 @@ def write_episode(images: Sequence[np.ndarray], out: Path, fmt: str = "gif") -> 
     sheet = Image.new("RGB", (cols * w, rows * h), "white")
     for i, frame in enumerate(frames):
         sheet.paste(frame, ((i % cols) * w, (i // cols) * h))
-    sheet.save(out, format="PNG")
+    with atomic_output(out) as tmp:
+        sheet.save(tmp, format="PNG")
     return out

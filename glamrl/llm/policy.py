@@ -145,11 +145,16 @@ class LLMPolicy(nn.Module):
                     p.copy_(state[name])
 
     def check_trainable_state_dict(self, state: dict[str, Tensor]) -> None:
-        """Raise PolicyStateError unless `state` names exactly this policy's trainable parameters."""
-        params = {name for name, p in self.named_parameters() if p.requires_grad}
-        missing, unexpected = params - state.keys(), state.keys() - params
+        """Raise PolicyStateError unless `state` holds exactly this policy's trainable parameters, in their shapes."""
+        params = {name: p for name, p in self.named_parameters() if p.requires_grad}
+        missing, unexpected = params.keys() - state.keys(), state.keys() - params.keys()
         if missing or unexpected:
             raise PolicyStateError(
                 f"saved policy state does not match this policy (LoRA or action heads configured differently?): "
                 f"{len(missing)} missing e.g. {sorted(missing)[:3]}, {len(unexpected)} unexpected e.g. "
                 f"{sorted(unexpected)[:3]}")
+        resized = [name for name, p in params.items() if tuple(state[name].shape) != tuple(p.shape)]
+        if resized:
+            name = resized[0]
+            raise PolicyStateError(f"size mismatch for {name}: shape {tuple(state[name].shape)} saved, "
+                                   f"{tuple(params[name].shape)} in this policy ({len(resized)} parameters differ)")
