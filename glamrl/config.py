@@ -131,8 +131,14 @@ class ModelConfig:
     """dropout on the adapters' input, in [0, 1)."""
     lora_target_modules: list[str] | None = None
     """None: the family's attention and MLP projections."""
+    value_head_init: str = "default"
+    """default: PyTorch's initialisation of the value head (GLAM's). standardized: after the first rollout, the
+    head's first layer is rescaled to read that rollout's hidden states standardised per feature (a
+    data-dependent initialisation; the states an LLM gives its last prompt token differ little between prompts)."""
 
     def __post_init__(self) -> None:
+        _check(self.value_head_init in ("default", "standardized"),
+               f"model.value_head_init must be default or standardized, got {self.value_head_init!r}")
         for name in ("dtype", "cache_dtype"):
             value = getattr(self, name)
             _check(value in ("float32", "bfloat16"), f"model.{name} must be float32 or bfloat16, got {value!r}")
@@ -419,6 +425,8 @@ class TrainConfig:
                f"ppo.minibatch_size ({self.ppo.minibatch_size}) is larger than the rollout batch "
                f"env.num_envs x ppo.num_steps = {self.batch_size}; lower it or collect more frames per update")
         if self.run.sharding == "fsdp":
+            _check(self.model.value_head_init == "default",
+                   "run.sharding=fsdp shards the value head: model.value_head_init=standardized is not supported there")
             _check(self.agent.kind == "llm", f"run.sharding=fsdp shards the LLM: agent.kind must be llm, "
                                              f"not {self.agent.kind!r} (set run.sharding=none)")
             _check(not self.model.lora and not self.model.train_layers,

@@ -195,6 +195,9 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                     finished += s.episodes
                     obs = s.next_obs
             next_value = agent.values(obs, range(N))                                   # (N,)
+        if update == 0 and cfg.agent.kind == "llm" and cfg.model.value_head_init == "standardized":
+            policy.standardize_value_head([x for row in buffer.inputs for x in row])  # from the first rollout
+            distributed.broadcast_parameters(policy.value_head)                       # rank 0's, on every rank
         frames += frames_per_update
         finished = [e for rank_episodes in distributed.gather_objects(finished) for e in rank_episodes]
         episodes += len(finished)

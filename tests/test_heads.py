@@ -48,3 +48,41 @@ def test_action_heads_path():
         out.log_probs[:, 0].sum().backward()
         assert all(p.grad is not None for p in policy.action_heads.parameters())
         assert policy.llm.get_input_embeddings().weight.grad.abs().sum() > 0
+
+
+def test_standardized_value_head_reads_its_inputs_standardised_per_feature():
+    import copy
+
+    from glamrl.llm.heads import ValueHead
+
+    torch.manual_seed(0)
+    head = ValueHead(8)
+    hidden = torch.randn(32, 8) * torch.linspace(0.01, 3, 8) + torch.linspace(-5, 5, 8)   # (B, H)
+    reference = copy.deepcopy(head)
+    head.standardize_input(hidden)
+    probe = torch.randn(5, 8) * 2
+    mean, std = hidden.mean(0), hidden.std(0)
+    torch.testing.assert_close(head(probe), reference((probe - mean) / std), atol=1e-5, rtol=1e-5)
+    # an LLM's last-token states: one large shared vector, small differences between prompts
+    similar = torch.randn(8) * 3 + torch.randn(32, 8) * 0.05                                # (B, H)
+    fresh = ValueHead(8)
+    standardized = copy.deepcopy(fresh)
+    standardized.standardize_input(similar)
+    assert standardized(similar).std() > 5 * fresh(similar).std()  # the outputs now vary over the batch
+
+
+def test_value_head_init_standardized_in_a_training_run(tmp_path):
+    from glamrl.checkpoint import load_checkpoint
+    from glamrl.config import load_train_config
+    from glamrl.train import train
+
+    torch.set_num_threads(1)
+    cfg = load_train_config(None, ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "model.name=tiny-llama",
+                                   "model.device=cpu", "prompt.nbr_obs=1", "ppo.num_steps=8", "ppo.minibatch_size=16",
+                                   "ppo.epochs=1", "ppo.total_frames=32", "run.eval_episodes=0",
+                                   "run.tensorboard=false", "model.value_head_init=standardized"])
+    torch.manual_seed(cfg.env.seed)
+    fresh = LLMPolicy(cfg.model).value_head.mlp[0].weight
+    train(cfg, tmp_path / "run", progress=False, say=lambda _: None)
+    trained = load_checkpoint(tmp_path / "run")["policy"]["value_head.mlp.0.weight"]
+    assert trained.abs().mean() > 3 * fresh.abs().mean()  # rescaled by 1 / (per-feature std) after rollout 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 
@@ -23,6 +24,20 @@ class ValueHead(nn.Module):
 
     def forward(self, hidden: Tensor) -> Tensor:
         return self.mlp(hidden).squeeze(-1)  # (B, H) -> (B,)
+
+    @torch.no_grad()
+    def standardize_input(self, hidden: Tensor) -> None:
+        """Rescale the first layer so that it reads `hidden` (B, H) standardised per feature: W h + b becomes
+        W (h - mean) / std + b. A data-dependent initialisation; the head stays a plain MLP.
+
+        An LLM's hidden states at the last prompt token differ little between prompts (per-feature std
+        about 0.08 against magnitudes about 0.9 for SmolLM2 on GoToObjS4), so the default-initialised
+        head starts almost constant over states, and Adam needs many steps to amplify those differences.
+        """
+        first = self.mlp[0]
+        mean, std = hidden.float().mean(0), hidden.float().std(0).clamp(min=1e-6)      # (H,), (H,)
+        first.weight.div_(std.to(first.weight.dtype))                                  # (width, H) / (H,)
+        first.bias.sub_(first.weight @ mean.to(first.weight.dtype))
 
 
 class ActionHeads(nn.Module):

@@ -95,6 +95,13 @@ class LLMPolicy(nn.Module):
         """The value head's parameters (`ppo.value_lr` trains them at their own learning rate)."""
         return self.value_head.parameters()
 
+    def standardize_value_head(self, prompts: Sequence[str]) -> None:
+        """`model.value_head_init=standardized`: rescale the value head's first layer to read the hidden states
+        of `prompts` (a first rollout's) standardised per feature (`ValueHead.standardize_input`)."""
+        with torch.inference_mode(), self._autocast():
+            hidden = self.scorer(prompts, None).hidden.float()                    # (B, H)
+        self.value_head.standardize_input(hidden.clone())
+
     def values(self, prompts: Sequence[str]) -> Tensor:
         """V(prompt) alone, (B,): encodes the prompts without scoring any action."""
         with self._autocast():
