@@ -25,10 +25,10 @@ from tqdm import tqdm
 
 from glamrl.agents.factory import AgentKindError, make_model
 from glamrl.checkpoint import rng_state, save_checkpoint
-from glamrl.config import TrainConfig, write_config
+from glamrl.config import TrainConfig
 from glamrl.demos import DemoFileError, read_demos
 from glamrl.rundir import holds_run_lock
-from glamrl.train import TrainResult, open_logger, open_run, report_success, restore_training
+from glamrl.train import TrainResult, open_logger, open_run, record_config, report_success, restore_training
 
 
 def bc_loss(policy: torch.nn.Module, prompts: list[str], actions: torch.Tensor) -> torch.Tensor:
@@ -59,7 +59,7 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
     policy = make_model(cfg)
     params = [w for w in policy.parameters() if w.requires_grad]
     optimizer = torch.optim.Adam(params, lr=b.lr)
-    write_config(cfg, run_dir)  # once the model (and envs) could be built
+    record_config(cfg, run_dir, policy, say)  # once the model (and envs) could be built
     update, frames, duration = 0, 0, 0.0
     if state is not None:
         restore_training(state, policy, optimizer)

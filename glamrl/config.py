@@ -13,7 +13,7 @@ import math
 import os
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,9 +86,11 @@ class ModelConfig:
     a local Hugging Face directory, a .gguf file, or a hub id (needs network)."""
     dtype: str = "float32"
     """storage dtype of the weights: float32 or bfloat16 (bfloat16 loses small Adam steps: prefer compute_dtype)."""
-    compute_dtype: str | None = None
-    """float32 or bfloat16 (autocast, weights kept in model.dtype); None: bfloat16 on CUDA, model.dtype on CPU.
-    Collection and update run the same numerics either way."""
+    compute_dtype: str | None = "auto"
+    """auto, float32 or bfloat16 (autocast, weights kept in model.dtype). auto: bfloat16 where the hardware has
+    fast bf16 kernels (CUDA with native bf16; a CPU with AMX or AVX-512 BF16, detected at run time), float32
+    elsewhere; the choice is logged and recorded under `resolved` in RUN_DIR/config.yaml. null reads as auto
+    (config.yaml of runs written before auto existed). Collection and update run the same numerics either way."""
     batching: str = "bucketed"
     """padded: one batch padded to its longest prompt; bucketed: prompts sorted by length and split into
     batches that waste at most model.max_padding of their tokens on padding (same results, less compute)."""
@@ -129,8 +131,10 @@ class ModelConfig:
         for name in ("dtype", "cache_dtype"):
             value = getattr(self, name)
             _check(value in ("float32", "bfloat16"), f"model.{name} must be float32 or bfloat16, got {value!r}")
-        _check(self.compute_dtype in (None, "float32", "bfloat16"),
-               f"model.compute_dtype must be float32, bfloat16 or null, got {self.compute_dtype!r}")
+        if self.compute_dtype is None:
+            self.compute_dtype = "auto"
+        _check(self.compute_dtype in ("auto", "float32", "bfloat16"),
+               f"model.compute_dtype must be auto, float32 or bfloat16, got {self.compute_dtype!r}")
         _check(not (self.compute_dtype == "float32" and self.dtype == "bfloat16"),
                "model.compute_dtype=float32 needs model.dtype=float32 (bfloat16 weights compute in bfloat16)")
         _check(self.batching in ("padded", "bucketed"),
@@ -367,8 +371,8 @@ class TrainConfig:
 
 
 def load_train_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
-    """A `TrainConfig` from an optional YAML file plus dotted overrides."""
-    data = load_yaml(path) if path is not None else {}
+    """A `TrainConfig` from an optional YAML file (a run's config.yaml too) plus dotted overrides."""
+    data = _settings(load_yaml(path)) if path is not None else {}
     return from_dict(TrainConfig, apply_overrides(data, overrides))
 
 
@@ -379,7 +383,19 @@ def load_train_config(path: str | Path | None, overrides: Sequence[str] = ()) ->
 #   to extend the run) apply on top and are recorded in config.yaml;
 # - config.yaml present and --config given: resume only if both give the same config,
 #   else refuse and say how to resume or start afresh (--overwrite, or another --run-dir).
+# config.yaml also records, under `resolved`, what settings such as model.compute_dtype=auto became
+# on the machine that last started the run. Nothing reads that record back: a resumed run decides
+# afresh on its own machine (and records its choice), so a run written with auto resumes anywhere.
 CONFIG_FILE = "config.yaml"
+RESOLVED = "resolved"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a setting became in this run (e.g. model.compute_dtype=auto -> bfloat16), and why, in words."""
+
+    value: str
+    why: str
 
 
 def read_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> TrainConfig | None:
@@ -388,7 +404,7 @@ def read_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> TrainConfig
     if not path.exists():
         return None
     try:
-        return from_dict(TrainConfig, apply_overrides(load_yaml(path), overrides))
+        return from_dict(TrainConfig, apply_overrides(_settings(load_yaml(path)), overrides))
     except ConfigError as err:
         raise ConfigError(f"{err} (in the run's saved config {path}; fix it or start afresh with --overwrite)") from None
 
@@ -409,11 +425,21 @@ def resolve_run_config(run_dir: Path, cfg: TrainConfig | None, overrides: Sequen
     return saved, True
 
 
-def write_config(cfg: TrainConfig, run_dir: Path) -> None:
-    """RUN_DIR/config.yaml, written atomically."""
+def write_config(cfg: TrainConfig, run_dir: Path, resolved: Mapping[str, Resolved] | None = None) -> None:
+    """RUN_DIR/config.yaml, written atomically: `cfg`, then the `resolved` record (setting -> value) if any."""
+    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    if resolved:
+        text += (f"# {RESOLVED}: what the settings above became on the machine that last started this run "
+                 f"(a record, not read back)\n")
+        text += yaml.safe_dump({RESOLVED: {key: r.value for key, r in resolved.items()}}, sort_keys=False)
     tmp = run_dir / f".{CONFIG_FILE}.tmp"
-    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    tmp.write_text(text)
     os.replace(tmp, run_dir / CONFIG_FILE)
+
+
+def _settings(data: dict[str, Any]) -> dict[str, Any]:
+    """A config file's sections, without a run's `resolved` record."""
+    return {key: value for key, value in data.items() if key != RESOLVED}
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

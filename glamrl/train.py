@@ -3,7 +3,7 @@
 Phases of each update: collect (the policy scores actions under inference mode) →
 bootstrap and GAE → flatten → optimise the PPO loss over epochs of minibatches →
 log → checkpoint. A run directory holds everything; running again on it resumes.
-The helpers above `train` (open_run, restore_training, open_logger, report_success) are
+The helpers above `train` (open_run, record_config, restore_training, open_logger, report_success) are
 shared with the other training loops (`train_drrn.py`, `bc.py`).
 """
 
@@ -73,7 +73,7 @@ def open_run(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str) -> dic
 
     `trainer` (ppo, drrn, bc) must be the loop that wrote the checkpoint, stored under "trainer"
     in it. Under torchrun rank 0 reads the checkpoint and the other ranks receive it. The
-    config is written by the loop once its envs and model could be built (`write_config`).
+    config is written by the loop once its envs and model could be built (`record_config`).
     """
     ranks = distributed.current()
     state = distributed.broadcast_object(load_checkpoint(run_dir) if resume and ranks.is_main else None)
@@ -83,6 +83,15 @@ def open_run(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str) -> dic
             f"with agent.init_from={run_dir} and another --run-dir")
     seed_everything(cfg.env.seed)  # the same initial weights on every rank
     return state
+
+
+def record_config(cfg: TrainConfig, run_dir: Path, model: torch.nn.Module | None, say: Callable[[str], None]) -> None:
+    """Write RUN_DIR/config.yaml once the envs and model could be built, with what the model's `auto` settings
+    became on this machine (an LLM policy's `resolved`), and say those."""
+    resolved = getattr(model, "resolved", {})
+    for key, r in resolved.items():
+        say(f"{key}: {r.value} ({r.why})")
+    write_config(cfg, run_dir, resolved)
 
 
 def restore_training(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -135,7 +144,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     optimizer = torch.optim.Adam(params, lr=p.lr, betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps)
     agent = make_agent(cfg, policy, envs)
     if ranks.is_main:
-        write_config(cfg, run_dir)
+        record_config(cfg, run_dir, policy, say)
     update, frames, episodes, duration = 0, 0, 0, 0.0
     if state is not None:
         restore_training(state, policy, optimizer)

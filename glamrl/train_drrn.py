@@ -28,13 +28,13 @@ from tqdm import tqdm
 from glamrl.agents.drrn import DRRNAgent, DRRNetwork
 from glamrl.agents.factory import AgentKindError, make_agent, make_model
 from glamrl.checkpoint import rng_state, save_checkpoint
-from glamrl.config import DRRNConfig, TrainConfig, write_config
+from glamrl.config import DRRNConfig, TrainConfig
 from glamrl.rl.dqn import double_q_loss, linear_epsilon
 from glamrl.rl.replay import ReplayMemory
 from glamrl.rollout import step
 from glamrl.rundir import holds_run_lock
 from glamrl.runlog import episode_stats
-from glamrl.train import TrainResult, open_logger, open_run, report_success, restore_training
+from glamrl.train import TrainResult, open_logger, open_run, record_config, report_success, restore_training
 
 
 def q_learning_step(network: DRRNetwork, target: DRRNetwork, optimizer: torch.optim.Optimizer,
@@ -70,7 +70,7 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
     memory = ReplayMemory(d.replay_size, d.max_tokens)
     envs = cfg.env.make_vector_env()
     agent: DRRNAgent = make_agent(cfg, network, envs)
-    write_config(cfg, run_dir)  # once the model (and envs) could be built
+    record_config(cfg, run_dir, network, say)  # once the model (and envs) could be built
     update, frames, episodes, duration, grad_steps = 0, 0, 0, 0.0, 0
     if state is not None:
         restore_training(state, network, optimizer)
