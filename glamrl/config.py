@@ -106,6 +106,11 @@ class ModelConfig:
     trunk_cache_mb: int = 1024
     """with train_layers: MiB of cached activations kept from earlier rollouts for prompts seen again
     (least recently used first out); the current rollout's are always kept. 0: one rollout only."""
+    gradient_checkpointing: bool | str = "auto"
+    """true: the update keeps only each block's input and recomputes the block's activations in the backward
+    pass (glamrl.llm.recompute): the same gradients, a third more update FLOPs, a small fraction of the
+    activations' memory. auto: true when every block trains (train_layers null: full fine-tuning, LoRA), whose
+    activations are most of the update's memory; false with model.train_layers (K blocks' activations are small)."""
     device: str = "auto"
     """cpu, cuda, cuda:N or auto (cuda when available)."""
     pretrained: bool = True
@@ -137,6 +142,8 @@ class ModelConfig:
                f"model.compute_dtype must be auto, float32 or bfloat16, got {self.compute_dtype!r}")
         _check(not (self.compute_dtype == "float32" and self.dtype == "bfloat16"),
                "model.compute_dtype=float32 needs model.dtype=float32 (bfloat16 weights compute in bfloat16)")
+        _check(isinstance(self.gradient_checkpointing, bool) or self.gradient_checkpointing == "auto",
+               f"model.gradient_checkpointing must be auto, true or false, got {self.gradient_checkpointing!r}")
         _check(self.batching in ("padded", "bucketed"),
                f"model.batching must be padded or bucketed, got {self.batching!r}")
         _check(0 <= self.max_padding < 1, f"model.max_padding must be in [0, 1), got {self.max_padding}")
@@ -486,8 +493,12 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _coerce(inner, value, path)
+        options = [a for a in args if a is not type(None)]
+        if len(options) > 1:  # e.g. bool | str: a value of one of them, as given
+            _check(type(value) in options, f"{path} must be {' or '.join(a.__name__ for a in options)}, "
+                                           f"got {value!r} ({type(value).__name__})")
+            return value
+        return _coerce(options[0], value, path)
     if origin is list:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{path} must be a list, got {value!r}")

@@ -69,7 +69,7 @@ def load_model(config: ModelConfig) -> LoadedModel:
         model = _reinitialise(model, keep_embedding=config.load_embedding)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = model.to(device=device, dtype=dtype)
+    model = model.to(device=device, dtype=dtype).eval()  # dropout off, as from_pretrained leaves it, tiny models too
     return LoadedModel(model=model, tokenizer=tokenizer, is_seq2seq=is_seq2seq, device=device, dtype=dtype)
 
 

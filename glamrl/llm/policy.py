@@ -24,6 +24,7 @@ from glamrl.llm.heads import ActionHeads, ValueHead
 from glamrl.llm.loading import load_model
 from glamrl.llm.lora import apply_lora, base_model
 from glamrl.llm.precision import DTYPES, choose_compute_dtype
+from glamrl.llm.recompute import checkpoint_blocks, choose_checkpointing
 from glamrl.llm.scorer import ActionScorer
 from glamrl.llm.trunk import FrozenTrunk, freeze_trunk
 
@@ -50,6 +51,10 @@ class LLMPolicy(nn.Module):
         self.compute_dtype, why = choose_compute_dtype(config, loaded.device)
         # what the settings became on this machine (auto ones included): logged and kept in RUN_DIR/config.yaml
         self.resolved = {"model.compute_dtype": Resolved(str(self.compute_dtype).removeprefix("torch."), why)}
+        checkpointing, why = choose_checkpointing(config)
+        if checkpointing:
+            checkpoint_blocks(loaded.model)
+        self.resolved["model.gradient_checkpointing"] = Resolved(str(checkpointing).lower(), why)
         trained_blocks = freeze_trunk(loaded.model, loaded.is_seq2seq, config.train_layers) \
             if config.train_layers else None
         self.llm = apply_lora(loaded.model, config, trained_blocks) if config.lora else loaded.model
