@@ -5,10 +5,12 @@
 
 GLAM's configuration: SmolLM2-135M (`smollm2-135m`), BabyAI-MixedTrainLocal-v0, 2 envs x 8
 frames per update, 4 epochs, minibatch 4, 3 observations (configs/glam_paper.yaml with
-overrides). Variants: fp32 and bf16 compute (`model.compute_dtype`, fp32 weights), each with
+overrides). Variants: auto, fp32 and bf16 compute (`model.compute_dtype`, fp32 weights), each with
 full fine-tuning and with `model.train_layers=4`. Every variant runs `glamrl.train.train` in
 its own subprocess, so that its peak RSS is its own. GLAM's original code (lamorel), same model,
-config and machine kind: 0.041 frames/s, 10.4 GB.
+config and machine kind: 0.041 frames/s, 10.4 GB. `auto` rows resolve model.compute_dtype on the machine
+at hand (bf16 with AMX or AVX-512 BF16, else fp32: the dtype column says which); full fine-tuning
+checkpoints activations by default (model.gradient_checkpointing=auto, the ckpt column).
 
 FLOP count per frame (one decision). Notation: P prompt tokens, T action tokens packed after it
 (all candidates together, T ~ 10 for the 6 actions with SmolLM2's tokenizer), d hidden size,
@@ -32,6 +34,8 @@ E epochs; the value head's 2 (1024 d + 1024^2) is negligible and left out.
 
 Achieved FLOP/s = FLOPs per frame x frames/s (useful FLOPs: real tokens only, padding not counted),
 shown as a fraction of a 2048^2 matmul's FLOP/s measured in the same process in the same dtype.
+With activation checkpointing the update also recomputes the trained blocks' forward, E F more per
+frame: `fraction` counts useful FLOPs only, `executed` counts the recomputation too.
 The machine may be shared: figures taken while other processes ran are lower bounds.
 """
 
@@ -53,10 +57,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks.train_speed, when run as a script
 GLAM = ["env.num_envs=2", "ppo.num_steps=8", "ppo.epochs=4", "ppo.minibatch_size=4", "prompt.nbr_obs=3",
         "run.eval_episodes=0", "run.tensorboard=false", "model.device=cpu"]
-VARIANTS = {
+VARIANTS = {  # model.gradient_checkpointing=auto: on for full fine-tuning, off with train_layers
+    "auto full": ["model.compute_dtype=auto"],
+    "auto train_layers=4": ["model.compute_dtype=auto", "model.train_layers=4"],
     "fp32 full": ["model.compute_dtype=float32"],
-    "bf16 full": ["model.compute_dtype=bfloat16"],
+    "fp32 full no checkpointing": ["model.compute_dtype=float32", "model.gradient_checkpointing=false"],
     "fp32 full grad_accum=4": ["model.compute_dtype=float32", "ppo.grad_accum=4"],
+    "bf16 full": ["model.compute_dtype=bfloat16"],
     "fp32 train_layers=4": ["model.compute_dtype=float32", "model.train_layers=4"],
     "bf16 train_layers=4": ["model.compute_dtype=bfloat16", "model.train_layers=4"],
 }
@@ -93,11 +100,15 @@ def run_variant(name: str, updates: int, model: str) -> dict:
     from glamrl.train import train
     from benchmarks.train_speed import real_prompts
     from glamrl.envs.actions import ACTION_NAMES
+    from glamrl.llm.precision import choose_compute_dtype
+    from glamrl.llm.recompute import choose_checkpointing
     from glamrl.llm.scorer import ActionScorer
 
     overrides = [f"model.name={model}", *GLAM, *VARIANTS[name], f"ppo.total_frames={16 * updates}"]
     cfg = load_train_config(ROOT / "configs" / "glam_paper.yaml", overrides)
-    peak = matmul_flops(torch.bfloat16 if "bf16" in name else torch.float32)
+    dtype, _ = choose_compute_dtype(cfg.model, torch.device("cpu"))
+    checkpointing, _ = choose_checkpointing(cfg.model)
+    peak = matmul_flops(dtype)
     with tempfile.TemporaryDirectory() as tmp:
         train(cfg, Path(tmp) / "run", progress=False, say=lambda _: None)
         rows = read_log(Path(tmp) / "run")
@@ -110,11 +121,14 @@ def run_variant(name: str, updates: int, model: str) -> dict:
     L, K = loaded.model.config.num_hidden_layers, cfg.model.train_layers or loaded.model.config.num_hidden_layers
     collect_flops = causal_flops(loaded.model.config, P, T, L)
     update_flops = 3 * cfg.ppo.epochs * causal_flops(loaded.model.config, P, T, K)
+    recompute_flops = update_flops / 3 if checkpointing else 0.0  # one more forward of the trained blocks
     mean = {k: float(np.mean([float(r[k]) for r in rows])) for k in ("collect_FPS", "update_FPS", "FPS")}
     achieved = (collect_flops + update_flops) * mean["FPS"]
-    return {"variant": name, **mean, "rss_gb": rss / 1e9, "prompt_tokens": P, "action_tokens": T,
+    executed = (collect_flops + update_flops + recompute_flops) * mean["FPS"]
+    return {"variant": name, "dtype": str(dtype).removeprefix("torch."), "checkpointing": checkpointing, **mean,
+            "rss_gb": rss / 1e9, "prompt_tokens": P, "action_tokens": T,
             "gflop_per_frame": (collect_flops + update_flops) / 1e9, "achieved_gflops": achieved / 1e9,
-            "matmul_gflops": peak / 1e9, "fraction": achieved / peak}
+            "matmul_gflops": peak / 1e9, "fraction": achieved / peak, "executed_fraction": executed / peak}
 
 
 def main() -> None:
@@ -131,8 +145,8 @@ def main() -> None:
         return
     print(f"GLAM config, {args.model}, {updates} updates of 16 frames per variant, {torch.get_num_threads()} threads; "
           f"steady state = updates 2..{updates}")
-    print(f"{'variant':<22}{'collect f/s':>12}{'update f/s':>11}{'overall f/s':>12}{'peak RSS':>10}"
-          f"{'GFLOP/frame':>12}{'GFLOP/s':>9}{'matmul':>8}{'fraction':>9}")
+    print(f"{'variant':<28}{'dtype':>9}{'ckpt':>6}{'collect f/s':>12}{'update f/s':>11}{'overall f/s':>12}"
+          f"{'peak RSS':>10}{'GFLOP/frame':>12}{'GFLOP/s':>9}{'matmul':>8}{'fraction':>9}{'executed':>9}")
     for name in args.variants:
         done = subprocess.run([sys.executable, __file__, "--child", name, "--updates", str(updates),
                                "--model", args.model], capture_output=True, text=True, cwd=ROOT)
@@ -140,9 +154,10 @@ def main() -> None:
             print(f"{name}: failed\n{done.stderr[-2000:]}")
             continue
         r = json.loads(done.stdout.strip().splitlines()[-1])
-        print(f"{name:<22}{r['collect_FPS']:>12.3f}{r['update_FPS']:>11.3f}{r['FPS']:>12.3f}{r['rss_gb']:>8.2f}GB"
-              f"{r['gflop_per_frame']:>12.0f}{r['achieved_gflops']:>9.1f}{r['matmul_gflops']:>8.0f}{r['fraction']:>9.2f}",
-              flush=True)
+        print(f"{name:<28}{r['dtype']:>9}{'yes' if r['checkpointing'] else 'no':>6}{r['collect_FPS']:>12.3f}"
+              f"{r['update_FPS']:>11.3f}{r['FPS']:>12.3f}{r['rss_gb']:>8.2f}GB{r['gflop_per_frame']:>12.0f}"
+              f"{r['achieved_gflops']:>9.1f}{r['matmul_gflops']:>8.0f}{r['fraction']:>9.2f}"
+              f"{r['executed_fraction']:>9.2f}", flush=True)
     print("GLAM's original code (lamorel), same model/config/machine kind: 0.041 frames/s, 10.4 GB")
 
 

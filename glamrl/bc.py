@@ -31,10 +31,10 @@ from tqdm import tqdm
 from glamrl import sharding
 from glamrl.agents.factory import AgentKindError, make_model
 from glamrl.checkpoint import rng_state, save_checkpoint
-from glamrl.config import TrainConfig, write_config
+from glamrl.config import TrainConfig
 from glamrl.demos import DemoFileError, read_demos
 from glamrl.rundir import holds_run_lock
-from glamrl.train import TrainResult, open_logger, open_run, report_success, restore_training
+from glamrl.train import TrainResult, open_logger, open_run, record_config, report_success, restore_training
 
 
 def data_identity(data: Path, records: int) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
         restore_training(cfg, run_dir, state, policy, optimizer)
         update, frames, duration = state["update"], state["frames"], state["duration"]
         say(f"resuming {run_dir} after step {update}")
-    write_config(cfg, run_dir)
+    record_config(cfg, run_dir, policy, say)  # once the model could be built and restored
 
     success_before = report_success(cfg, policy, "before cloning", say) if state is None else None
     logger = open_logger(cfg, run_dir, state)

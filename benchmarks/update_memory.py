@@ -1,0 +1,88 @@
+"""Where full fine-tuning's memory goes: RSS after each phase of a few PPO minibatches, and what autograd keeps.
+
+    python benchmarks/update_memory.py                                  # GLAM's config, SmolLM2, fp32, defaults
+    python benchmarks/update_memory.py model.gradient_checkpointing=false --minibatches 3
+
+GLAM's configuration as `glam_config.py` runs it (2 envs x 8 frames, minibatch 4, 3 observations),
+with the training loop's own pieces: the policy, a collection of 16 real prompts under inference
+mode, then minibatches of `accumulate_gradients`, gradient clipping and the fused Adam step that
+`glamrl.train` uses. Printed at each point: VmRSS and VmHWM (peak) from /proc/self/status, and for
+each forward/backward the bytes autograd saved for the backward (weights excluded), the activations.
+The weights, their gradients and Adam's two moments are 4 bytes per trainable parameter each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmarks.train_speed, when run as a script
+
+from benchmarks.glam_config import GLAM  # noqa: E402
+from benchmarks.train_speed import real_prompts  # noqa: E402
+from glamrl.config import load_train_config  # noqa: E402
+from glamrl.llm.policy import LLMPolicy  # noqa: E402
+from glamrl.rl.buffer import Batch  # noqa: E402
+from glamrl.rl.ppo import accumulate_gradients  # noqa: E402
+
+
+def rss(tag: str) -> None:
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    gb = {key: int(status[key].split()[0]) / 1e6 for key in ("VmRSS", "VmHWM")}
+    print(f"{tag:<56} RSS {gb['VmRSS']:.2f} GB   peak {gb['VmHWM']:.2f} GB", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. model.gradient_checkpointing=false")
+    parser.add_argument("--minibatches", type=int, default=4)
+    parser.add_argument("--model", default="smollm2-135m")
+    args = parser.parse_args()
+    rss("imports")
+    cfg = load_train_config(ROOT / "configs" / "glam_paper.yaml",
+                            [f"model.name={args.model}", *GLAM, "model.compute_dtype=float32", *args.overrides])
+    torch.manual_seed(cfg.env.seed)
+    policy = LLMPolicy(cfg.model, cfg.prompt.actions)
+    print(", ".join(f"{key}={r.value}" for key, r in policy.resolved.items()))
+    params = [w for w in policy.parameters() if w.requires_grad]
+    per_copy = sum(w.numel() * w.element_size() for w in params) / 1e9
+    print(f"trainable: {sum(w.numel() for w in params) / 1e6:.1f}M parameters, {per_copy:.3f} GB per copy "
+          f"(weights, gradients, Adam's two moments: {4 * per_copy:.2f} GB)")
+    rss("policy built")
+    optimizer = torch.optim.Adam(params, lr=cfg.ppo.lr, eps=cfg.ppo.adam_eps, fused=True)
+    n = cfg.batch_size
+    prompts = real_prompts(n)
+    with torch.inference_mode():
+        out = [policy(prompts[i:i + cfg.env.num_envs]) for i in range(0, n, cfg.env.num_envs)]
+    rss(f"collected {n} frames")
+    log_probs, values = torch.cat([o.log_probs for o in out]), torch.cat([o.values for o in out])
+    actions = torch.randint(0, log_probs.shape[1], (n,))
+    batch = Batch(prompts, actions, log_probs.gather(1, actions[:, None]).squeeze(1), values, torch.randn(n),
+                  values + torch.randn(n))
+    weights = {w.untyped_storage().data_ptr() for w in policy.parameters()}
+    for k in range(args.minibatches):
+        saved: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            if t.untyped_storage().data_ptr() not in weights:
+                saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        optimizer.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            accumulate_gradients(policy, batch, torch.randperm(n)[:cfg.ppo.minibatch_size], cfg.prompt.actions, cfg.ppo)
+        rss(f"minibatch {k}: forward+backward {time.perf_counter() - start:.1f} s, "
+            f"activations {sum(saved.values()) / 1e9:.2f} GB")
+        torch.nn.utils.clip_grad_norm_(params, cfg.ppo.max_grad_norm)
+        optimizer.step()
+        rss(f"minibatch {k}: Adam step")
+
+
+if __name__ == "__main__":
+    main()
