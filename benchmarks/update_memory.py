@@ -47,7 +47,7 @@ def main() -> None:
     cfg = load_train_config(ROOT / "configs" / "glam_paper.yaml",
                             [f"model.name={args.model}", *GLAM, "model.compute_dtype=float32", *args.overrides])
     torch.manual_seed(cfg.env.seed)
-    policy = LLMPolicy(cfg.model, cfg.prompt.actions)
+    policy = LLMPolicy(cfg.model)
     print(", ".join(f"{key}={r.value}" for key, r in policy.resolved.items()))
     params = [w for w in policy.parameters() if w.requires_grad]
     per_copy = sum(w.numel() * w.element_size() for w in params) / 1e9
@@ -58,12 +58,12 @@ def main() -> None:
     n = cfg.batch_size
     prompts = real_prompts(n)
     with torch.inference_mode():
-        out = [policy(prompts[i:i + cfg.env.num_envs]) for i in range(0, n, cfg.env.num_envs)]
+        out = [policy(prompts[i:i + cfg.env.num_envs], cfg.prompt.actions) for i in range(0, n, cfg.env.num_envs)]
     rss(f"collected {n} frames")
     log_probs, values = torch.cat([o.log_probs for o in out]), torch.cat([o.values for o in out])
     actions = torch.randint(0, log_probs.shape[1], (n,))
     batch = Batch(prompts, actions, log_probs.gather(1, actions[:, None]).squeeze(1), values, torch.randn(n),
-                  values + torch.randn(n))
+                  values + torch.randn(n), torch.zeros(n, dtype=torch.bool))
     weights = {w.untyped_storage().data_ptr() for w in policy.parameters()}
     for k in range(args.minibatches):
         saved: dict[int, int] = {}
@@ -76,7 +76,8 @@ def main() -> None:
         optimizer.zero_grad(set_to_none=True)
         start = time.perf_counter()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            accumulate_gradients(policy, batch, torch.randperm(n)[:cfg.ppo.minibatch_size], cfg.prompt.actions, cfg.ppo)
+            accumulate_gradients(policy, batch, torch.randperm(n)[None, :cfg.ppo.minibatch_size], cfg.prompt.actions,
+                                 cfg.ppo)
         rss(f"minibatch {k}: forward+backward {time.perf_counter() - start:.1f} s, "
             f"activations {sum(saved.values()) / 1e9:.2f} GB")
         torch.nn.utils.clip_grad_norm_(params, cfg.ppo.max_grad_norm)

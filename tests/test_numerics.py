@@ -71,20 +71,20 @@ def _minibatch_gradients(name: str, grad_accum: int, checkpointing: bool) -> dic
     """Gradients of one PPO minibatch of 6 prompts of three lengths (tiny model, float32)."""
     torch.manual_seed(0)
     policy = LLMPolicy(ModelConfig(name=name, device="cpu", compute_dtype="float32",
-                                   gradient_checkpointing=checkpointing), ACTION_NAMES)
+                                   gradient_checkpointing=checkpointing))
     prompts = [f"Goal of the agent: go to the red ball \n Observation 0: You see a wall {i} steps left, "
                + "You see a blue key 1 step forward, " * (i % 3) + "\n Action 0: " for i in range(6)]
     batch = Batch(prompts, torch.tensor([0, 1, 2, 3, 4, 5]), torch.full((6,), -1.7), torch.zeros(6),
-                  torch.tensor([1.0, -1.0, 0.5, 2.0, -0.5, 0.0]), torch.ones(6))
+                  torch.tensor([1.0, -1.0, 0.5, 2.0, -0.5, 0.0]), torch.ones(6), torch.zeros(6, dtype=torch.bool))
     cfg = PPOConfig(grad_accum=grad_accum, minibatch_size=6, norm_adv=True)
-    accumulate_gradients(policy, batch, torch.tensor([5, 0, 3, 1, 4, 2]), ACTION_NAMES, cfg)
+    accumulate_gradients(policy, batch, torch.tensor([[5, 0, 3, 1, 4, 2]]), ACTION_NAMES, cfg)
     return {k: p.grad for k, p in policy.named_parameters() if p.grad is not None}
 
 
 def _saved_bytes(name: str, checkpointing: bool) -> int:
     """Bytes autograd keeps for the backward of one forward (weights excluded)."""
     policy = LLMPolicy(ModelConfig(name=name, device="cpu", compute_dtype="float32",
-                                   gradient_checkpointing=checkpointing), ACTION_NAMES)
+                                   gradient_checkpointing=checkpointing))
     weights = {p.untyped_storage().data_ptr() for p in policy.parameters()}
     saved: dict[int, int] = {}
 
@@ -94,7 +94,8 @@ def _saved_bytes(name: str, checkpointing: bool) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        policy(["Goal of the agent: go to the red ball \n Observation 0: You see a wall 2 steps left, \n Action 0: "])
+        policy(["Goal of the agent: go to the red ball \n Observation 0: You see a wall 2 steps left, \n Action 0: "],
+               ACTION_NAMES)
     return sum(saved.values())
 
 
@@ -112,6 +113,6 @@ def test_chunked_and_checkpointed_gradients_equal_the_plain_backward(name, grad_
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
 def test_checkpointing_keeps_fewer_activations_and_leaves_dropout_off(name):
     assert _saved_bytes(name, checkpointing=True) < 0.7 * _saved_bytes(name, checkpointing=False)
-    policy = LLMPolicy(ModelConfig(name=name, device="cpu", gradient_checkpointing=True), ACTION_NAMES)
+    policy = LLMPolicy(ModelConfig(name=name, device="cpu", gradient_checkpointing=True))
     assert not any(m.training for m in policy.llm.modules() if not getattr(m, "gradient_checkpointing", False))
     assert policy.resolved["model.gradient_checkpointing"].value == "true"

@@ -89,9 +89,9 @@ def test_auto_on_this_machine_follows_its_real_facts(monkeypatch):
     monkeypatch.setattr(precision, "hardware_facts", REAL_FACTS)
     expected, why = auto_compute_dtype(REAL_FACTS(torch.device("cpu")))
     print(f"this machine: {expected} ({why})")
-    policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"), ACTION_NAMES)
+    policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"))
     assert policy.compute_dtype == expected
     assert policy.resolved["model.compute_dtype"].value == str(expected).removeprefix("torch.")
     with torch.no_grad():
-        out = policy(["Goal of the agent: go to the red ball \n Action 0: "])
+        out = policy(["Goal of the agent: go to the red ball \n Action 0: "], ACTION_NAMES)
     assert out.log_probs.dtype == torch.float32 and torch.isfinite(out.log_probs).all()
