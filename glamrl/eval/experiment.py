@@ -33,6 +33,7 @@ import yaml
 from glamrl.config import ConfigError, EnvConfig, load_train_config
 from glamrl.eval.stats import mean_interval
 from glamrl.files import write_text
+from glamrl.rundir import LOG_FILE
 from glamrl.runlog import read_log
 
 EVAL_ONLY = ("random", "bot")
@@ -159,7 +160,7 @@ def is_finished(experiment: Experiment, spec: RunSpec, seed: int) -> bool:
     directory = run_dir(experiment, spec, seed)
     if spec.agent is not None:
         return (directory / "eval.json").exists()
-    if not (directory / "log.csv").exists():
+    if not (directory / LOG_FILE).exists():
         return False
     rows = read_log(directory)
     if not rows:
@@ -240,7 +241,7 @@ def report(experiment: Experiment) -> Path:
     from glamrl.plot import plot_runs
 
     trained = [(spec, [run_dir(experiment, spec, s) for s in spec.seeds
-                       if (run_dir(experiment, spec, s) / "log.csv").exists()]) for spec in experiment.runs
+                       if (run_dir(experiment, spec, s) / LOG_FILE).exists()]) for spec in experiment.runs
                if spec.agent is None]
     baselines = {}
     for spec in experiment.runs:
