@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 def policy():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
-        return LLMPolicy(ModelConfig(name="smollm2-135m", device="cpu"))
+        return LLMPolicy(ModelConfig(name="smollm2-135m", device="cpu", compute_dtype="float32"))  # the reference is fp32
 
 
 def test_embedded_model_scores_a_prompt(policy):
