@@ -33,15 +33,17 @@ import numpy as np
 import torch
 
 from glamrl.agents.factory import make_agent, make_model, restore_agent
-from glamrl.bc import train_bc
-from glamrl.checkpoint import load_checkpoint
-from glamrl.config import load_train_config, resolve_run_config
-from glamrl.demos import record_demos, write_demos
-from glamrl.plot import plot_runs
+from glamrl.train.bc import train_bc
+from glamrl.run.checkpoint import load_checkpoint
+from glamrl.config import load_train_config
+from glamrl.run.dir import resolve_run_config
+from glamrl.eval.demos import record_demos, write_demos
+from glamrl.eval.plot import plot_runs
 from glamrl.rollout import evaluate, format_table, step
-from glamrl.rundir import run_lock
-from glamrl.train import EVAL_SEED_OFFSET, train
-from glamrl.train_drrn import train_drrn
+from glamrl.run.dir import run_lock
+from glamrl.train.common import EVAL_SEED_OFFSET
+from glamrl.train.ppo import train
+from glamrl.train.drrn import train_drrn
 
 RUNS = Path("runs")
 SYMBOLIC_CONFIGS = ("configs/symbolic.yaml", "configs/symbolic_small.yaml")  # GLAM's network, the fast one

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from glamrl.runlog import read_log
+from glamrl.run.log import read_log
 
 
 def run(model: str, ranks: int, envs: int, steps: int, updates: int, threads: int, root: Path) -> tuple[float, float]:

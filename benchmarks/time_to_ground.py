@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from glamrl.eval.experiment import time_to_target
-from glamrl.runlog import read_log
+from glamrl.run.log import read_log
 
 CONFIG = "configs/goto_cpu.yaml"
 VARIANTS = {

@@ -11,7 +11,7 @@ from pathlib import Path
 from glamrl.config import AGENT_KINDS, EnvConfig
 from glamrl.errors import GlamrlError
 from glamrl.files import disk_failure
-from glamrl.rundir import check_output
+from glamrl.run.dir import check_output
 
 EXAMPLES = """examples:
   glamrl eval --agent bot --env BabyAI-MixedTestLocal-v0 --episodes 200
@@ -171,7 +171,7 @@ def cmd_play(args: argparse.Namespace) -> None:
 
 def cmd_experiment(args: argparse.Namespace) -> None:
     from glamrl.eval.experiment import load_experiment, report, run_dir, run_tasks, write_sbatch
-    from glamrl.rundir import check_output
+    from glamrl.run.dir import check_output
 
     experiment = load_experiment(args.file)
     check_output(experiment.out, "the experiment's out", directory=True)
@@ -243,7 +243,7 @@ def cmd_suite(args: argparse.Namespace) -> None:
     from glamrl.eval.agents import agent_builder
     from glamrl.eval.suite import format_header, on_level, run_suite, select_tests
     from glamrl.files import write_text
-    from glamrl.train import EVAL_SEED_OFFSET
+    from glamrl.train.common import EVAL_SEED_OFFSET
 
     tests, skipped = select_tests(args.suite, args.tests), {}
     if args.env is not None:
@@ -272,7 +272,7 @@ def cmd_suite(args: argparse.Namespace) -> None:
 
 
 def cmd_demos(args: argparse.Namespace) -> None:
-    from glamrl.demos import record_demos, write_demos
+    from glamrl.eval.demos import record_demos, write_demos
     from glamrl.envs import make_vector_env
     from glamrl.envs.actions import action_names
     from glamrl.rollout import format_table
@@ -294,10 +294,11 @@ def cmd_demos(args: argparse.Namespace) -> None:
 
 
 def cmd_bc(args: argparse.Namespace) -> None:
-    from glamrl.bc import train_bc
-    from glamrl.config import load_train_config, resolve_run_config
-    from glamrl.plot import plot_runs
-    from glamrl.rundir import CURVES_FILE, run_lock
+    from glamrl.train.bc import train_bc
+    from glamrl.config import load_train_config
+    from glamrl.run.dir import resolve_run_config
+    from glamrl.eval.plot import plot_runs
+    from glamrl.run.dir import CURVES_FILE, run_lock
 
     cfg = load_train_config(args.config, args.overrides) if args.config else None
     with run_lock(args.run_dir):
@@ -309,7 +310,7 @@ def cmd_bc(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from glamrl import distributed
+    from glamrl.parallel import distributed
 
     distributed.init()  # under torchrun: join the other ranks; alone: nothing
     try:
@@ -319,12 +320,14 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def train_run(args: argparse.Namespace) -> None:
-    from glamrl import distributed
-    from glamrl.config import ConfigError, load_train_config, resolve_run_config
-    from glamrl.plot import plot_runs
-    from glamrl.rundir import CURVES_FILE, clear_run_dir, run_lock
-    from glamrl.train import default_run_dir, train
-    from glamrl.train_drrn import train_drrn
+    from glamrl.parallel import distributed
+    from glamrl.config import ConfigError, load_train_config
+    from glamrl.run.dir import resolve_run_config
+    from glamrl.eval.plot import plot_runs
+    from glamrl.run.dir import CURVES_FILE, clear_run_dir, run_lock
+    from glamrl.train.common import default_run_dir
+    from glamrl.train.ppo import train
+    from glamrl.train.drrn import train_drrn
 
     ranks = distributed.current()
     cfg = load_train_config(args.config, args.overrides) if args.config else None
@@ -352,14 +355,14 @@ def train_run(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from glamrl.export import export_run
+    from glamrl.eval.export import export_run
 
     manifest = export_run(args.run, args.out, merge_lora=args.merge_lora, overwrite=args.overwrite)
     print(f"exported {args.run} to {args.out} ({manifest.weights} weights, value head, model card README.md)")
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
-    from glamrl.plot import SUFFIXES, plot_runs
+    from glamrl.eval.plot import SUFFIXES, plot_runs
 
     check_output(args.out, suffixes=SUFFIXES)
     if args.probes:

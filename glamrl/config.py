@@ -15,7 +15,7 @@ import math
 import textwrap
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,8 +24,6 @@ import yaml
 
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.errors import GlamrlError
-from glamrl.files import write_text
-from glamrl.rundir import CONFIG_FILE, check_new_run_dir
 
 if TYPE_CHECKING:
     from gymnasium.vector import SyncVectorEnv
@@ -389,7 +387,7 @@ class RunConfig:
     check_replicas: bool = False
     """under torchrun, verify after every update that all ranks hold bitwise the same weights."""
     sharding: str = "none"
-    """how torchrun's K ranks hold the LLM (see glamrl.sharding). none: DD-PPO, a whole replica per rank,
+    """how torchrun's K ranks hold the LLM (see glamrl.parallel.sharding). none: DD-PPO, a whole replica per rank,
     16 bytes per parameter (fp32 weights, gradients, two Adam moments) plus activations on every device:
     for models whose training state fits on one device (full fine-tuning up to about 1B parameters on an
     80 GB GPU; LoRA beyond). fsdp: FSDP2, weights, gradients and Adam state split over the ranks, blocks
@@ -515,18 +513,11 @@ def _field_docstrings(cls: type) -> dict[str, str]:
 
 def load_train_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
     """A `TrainConfig` from an optional YAML file (a run's config.yaml too) plus dotted overrides."""
-    data = _settings(load_yaml(path)) if path is not None else {}
+    data = without_resolved(load_yaml(path)) if path is not None else {}
     return from_dict(TrainConfig, apply_overrides(data, overrides))
 
 
 # ------------------------------------------------------------------ a run's config
-# A run directory keeps the config it was started with, in RUN_DIR/config.yaml. The rule:
-# - no config.yaml in RUN_DIR: a new run, and --config is needed (a directory holding a run's other
-#   files without config.yaml is refused: see glamrl.rundir);
-# - config.yaml present, no --config: resume it; dotted overrides (e.g. ppo.total_frames=...
-#   to extend the run) apply on top and are recorded in config.yaml;
-# - config.yaml present and --config given: resume only if both give the same config,
-#   else refuse and say how to resume or start afresh (--overwrite, or another --run-dir).
 # config.yaml also records, under `resolved`, what settings such as model.compute_dtype=auto became
 # on the machine that last started the run. Nothing reads that record back: a resumed run decides
 # afresh on its own machine (and records its choice), so a run written with auto resumes anywhere.
@@ -541,45 +532,7 @@ class Resolved:
     why: str
 
 
-def read_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> TrainConfig | None:
-    """RUN_DIR/config.yaml with `overrides` applied, or None when the run has no config."""
-    path = run_dir / CONFIG_FILE
-    if not path.exists():
-        return None
-    try:
-        return from_dict(TrainConfig, apply_overrides(_settings(load_yaml(path)), overrides))
-    except ConfigError as err:
-        raise ConfigError(f"{err} (in the run's saved config {path}; fix it or start afresh with --overwrite)") from None
-
-
-def resolve_run_config(run_dir: Path, cfg: TrainConfig | None, overrides: Sequence[str] = ()) -> tuple[TrainConfig, bool]:
-    """The config a `glamrl train` on `run_dir` runs, and whether it resumes a run (see the rule above)."""
-    saved = read_run_config(run_dir, overrides)
-    if saved is None:
-        if cfg is None:
-            raise ConfigError(f"{run_dir} holds no run to resume (no {CONFIG_FILE}); start one with --config FILE")
-        check_new_run_dir(run_dir)
-        return cfg, False
-    if cfg is not None and cfg != saved:
-        changed = changed_fields(saved.to_dict(), cfg.to_dict())
-        raise ConfigError(
-            f"{run_dir} already holds a run with another config ({', '.join(changed[:3])} differ); resume it with "
-            f"'glamrl train --run-dir {run_dir}' (plus overrides such as ppo.total_frames=N), or start afresh "
-            f"with another --run-dir or --overwrite")
-    return saved, True
-
-
-def write_config(cfg: TrainConfig, run_dir: Path, resolved: Mapping[str, Resolved] | None = None) -> None:
-    """RUN_DIR/config.yaml, written atomically: `cfg`, then the `resolved` record (setting -> value) if any."""
-    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
-    if resolved:
-        text += (f"# {RESOLVED}: what the settings above became on the machine that last started this run "
-                 f"(a record, not read back)\n")
-        text += yaml.safe_dump({RESOLVED: {key: r.value for key, r in resolved.items()}}, sort_keys=False)
-    write_text(run_dir / CONFIG_FILE, text)
-
-
-def _settings(data: dict[str, Any]) -> dict[str, Any]:
+def without_resolved(data: dict[str, Any]) -> dict[str, Any]:
     """A config file's sections, without a run's `resolved` record."""
     return {key: value for key, value in data.items() if key != RESOLVED}
 

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from glamrl.agents.base import Agent, Decision
 from glamrl.envs import EpisodeResult, finished_episodes
-from glamrl.eval.stats import mean_interval, wilson_interval
+from glamrl.stats import mean_interval, wilson_interval
 
 
 @dataclass

@@ -8,14 +8,15 @@ import sys
 import pytest
 
 from glamrl.agents.factory import restore_agent
-from glamrl.bc import train_bc
-from glamrl.checkpoint import load_checkpoint
+from glamrl.train.bc import train_bc
+from glamrl.run.checkpoint import load_checkpoint
 from glamrl.config import AgentConfig, load_train_config
-from glamrl.demos import DemoFileError, read_demos
+from glamrl.eval.demos import DemoFileError, read_demos
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.rollout import evaluate
-from glamrl.runlog import read_log
-from glamrl.train import TrainerMismatchError, evaluate_policy, train
+from glamrl.run.log import read_log
+from glamrl.train.common import TrainerMismatchError, evaluate_policy
+from glamrl.train.ppo import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from glamrl.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from glamrl.run.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 
 
 def _trained_state(seed: int = 0) -> dict:
@@ -125,14 +125,14 @@ def test_interrupted_rotation_leaves_a_good_checkpoint(tmp_path, monkeypatch, st
         calls.append(dst)
         real_replace(src, dst)
 
-    monkeypatch.setattr("glamrl.checkpoint.os.replace", replace)
+    monkeypatch.setattr("glamrl.run.checkpoint.os.replace", replace)
     with pytest.raises(_Killed):
         save_checkpoint(tmp_path, {"update": 3})
     assert load_checkpoint(tmp_path)["update"] == 2  # no warning: last.pt is still good
 
 
 def test_kill_9_during_saves_leaves_a_loadable_checkpoint(tmp_path):
-    script = ("import sys, torch\nfrom glamrl.checkpoint import save_checkpoint\n"
+    script = ("import sys, torch\nfrom glamrl.run.checkpoint import save_checkpoint\n"
               "for i in range(10**6):\n"
               "    save_checkpoint(sys.argv[1], {'update': i, 'w': torch.randn(200_000)})\n"
               "    print(i, flush=True)\n")

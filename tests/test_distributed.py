@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from glamrl.checkpoint import load_checkpoint
+from glamrl.run.checkpoint import load_checkpoint
 from glamrl.cli import main
-from glamrl.runlog import read_log
+from glamrl.run.log import read_log
 
 PROBE = Path(__file__).with_name("dist_probe.py")
 CONFIG = """env:

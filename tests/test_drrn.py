@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from glamrl.agents.drrn import DRRNAgent, DRRNetwork, Exploration
-from glamrl.checkpoint import load_checkpoint
+from glamrl.run.checkpoint import load_checkpoint
 from glamrl.config import AgentConfig, DRRNConfig, load_train_config
 from glamrl.envs import make_vector_env
 from glamrl.envs.actions import ACTION_NAMES
@@ -18,9 +18,9 @@ from glamrl.prompts import build_prompt
 from glamrl.rl.dqn import double_q_loss, linear_epsilon
 from glamrl.rl.replay import ReplayMemory
 from glamrl.rollout import step
-from glamrl.runlog import read_log
-from glamrl.train import evaluate_policy
-from glamrl.train_drrn import train_drrn
+from glamrl.run.log import read_log
+from glamrl.train.common import evaluate_policy
+from glamrl.train.drrn import train_drrn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from glamrl.cli import main
-from glamrl.runlog import read_log
+from glamrl.run.log import read_log
 
 TINY = """run:
   tensorboard: false

@@ -15,11 +15,12 @@ from glamrl.config import ModelConfig, load_train_config
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.envs.factory import make_env
 from glamrl.agents.factory import restore_model
-from glamrl.export import export_run
+from glamrl.eval.export import export_run
 from glamrl.llm.exported import HEADS_FILE, MANIFEST_FILE, read_manifest
 from glamrl.llm.policy import LLMPolicy, PolicyStateError
 from glamrl.prompts import PromptHistory
-from glamrl.train import train, write_config
+from glamrl.run.dir import write_config
+from glamrl.train.ppo import train
 
 TINY = [
     "env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "env.seed=3", "model.device=cpu",

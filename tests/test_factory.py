@@ -9,8 +9,8 @@ import torch
 from glamrl.agents.factory import AgentKindError, make_model, read_run
 from glamrl.cli import main
 from glamrl.config import ConfigError, load_train_config
-from glamrl.train import train
-from glamrl.train_drrn import train_drrn
+from glamrl.train.ppo import train
+from glamrl.train.drrn import train_drrn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

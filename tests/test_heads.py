@@ -72,9 +72,9 @@ def test_standardized_value_head_reads_its_inputs_standardised_per_feature():
 
 
 def test_value_head_init_standardized_in_a_training_run(tmp_path):
-    from glamrl.checkpoint import load_checkpoint
+    from glamrl.run.checkpoint import load_checkpoint
     from glamrl.config import load_train_config
-    from glamrl.train import train
+    from glamrl.train.ppo import train
 
     torch.set_num_threads(1)
     cfg = load_train_config(None, ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "model.name=tiny-llama",

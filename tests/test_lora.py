@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from glamrl.checkpoint import load_checkpoint, save_checkpoint
+from glamrl.run.checkpoint import load_checkpoint, save_checkpoint
 from glamrl.config import ModelConfig
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.llm import LLMPolicy, PolicyStateError

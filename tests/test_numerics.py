@@ -12,7 +12,7 @@ from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients
 from glamrl.rollout import step
 from glamrl.agents.factory import make_agent
-from glamrl.train import seed_everything
+from glamrl.train.common import seed_everything
 from glamrl.llm.policy import LLMPolicy
 
 TOLERANCE = {"float32": 1e-5, "bfloat16": 1e-3}

@@ -1,8 +1,8 @@
 import pytest
 import yaml
 
-from glamrl.plot import agent_label, group_runs, plot_runs
-from glamrl.runlog import LogNotFoundError, RunLogger
+from glamrl.eval.plot import agent_label, group_runs, plot_runs
+from glamrl.run.log import LogNotFoundError, RunLogger
 
 
 def _run(root, name: str, seed: int, lr: float, updates: int):

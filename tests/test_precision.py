@@ -6,12 +6,13 @@ import pytest
 import torch
 import yaml
 
-from glamrl.config import ConfigError, ModelConfig, load_train_config, read_run_config
+from glamrl.config import ConfigError, ModelConfig, load_train_config
+from glamrl.run.dir import read_run_config
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.llm import precision
 from glamrl.llm.policy import LLMPolicy
 from glamrl.llm.precision import Hardware, auto_compute_dtype, choose_compute_dtype, cpu_flags
-from glamrl.train import train
+from glamrl.train.ppo import train
 
 REAL_FACTS = precision.hardware_facts  # before conftest's no_fast_bf16 replaces it in each test
 AVX2 = {"fpu", "sse2", "avx", "avx2", "fma"}  # the AMD EPYC this project's machines often are

@@ -83,10 +83,10 @@ def test_value_normalizer_statistics_by_hand_and_round_trip():
 
 
 def test_value_lr_gives_the_value_head_its_own_group_and_value_norm_resumes(tmp_path):
-    from glamrl.checkpoint import load_checkpoint
+    from glamrl.run.checkpoint import load_checkpoint
     from glamrl.config import load_train_config
     from glamrl.llm.policy import LLMPolicy
-    from glamrl.train import parameter_groups, train
+    from glamrl.train.ppo import parameter_groups, train
 
     torch.set_num_threads(1)
     policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"))

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from glamrl.runlog import CSV_COLUMNS, LogNotFoundError, RunLogger, episode_stats, read_log, tb_tag
+from glamrl.run.log import CSV_COLUMNS, LogNotFoundError, RunLogger, episode_stats, read_log, tb_tag
 
 
 def _metrics(update: int) -> dict:

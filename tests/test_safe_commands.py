@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from glamrl.checkpoint import checkpoint_dir, load_checkpoint
+from glamrl.run.checkpoint import checkpoint_dir, load_checkpoint
 from glamrl.cli import main
 from glamrl.config import ConfigError, load_train_config
-from glamrl.runlog import read_log
-from glamrl.train import train
-from glamrl.train_drrn import train_drrn
+from glamrl.run.log import read_log
+from glamrl.train.ppo import train
+from glamrl.train.drrn import train_drrn
 from test_safe_runs import NO_MODEL, TINY, assert_one_line, run_cli, snapshot, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from glamrl.checkpoint import BACKUP, LAST, checkpoint_dir, load_checkpoint
+from glamrl.run.checkpoint import BACKUP, LAST, checkpoint_dir, load_checkpoint
 from glamrl.cli import main
 from glamrl.config import load_train_config
-from glamrl.rundir import run_lock
-from glamrl.runlog import read_log
-from glamrl.train import train
+from glamrl.run.dir import run_lock
+from glamrl.run.log import read_log
+from glamrl.train.ppo import train
 
 TINY = [
     "env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "model.name=tiny-llama", "model.device=cpu",

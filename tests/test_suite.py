@@ -12,7 +12,7 @@ import torch
 
 from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES, SYNONYM_ACTION_NAMES
 from glamrl.eval.agents import agent_builder
-from glamrl.eval.stats import mean_interval, wilson_interval
+from glamrl.stats import mean_interval, wilson_interval
 from glamrl.eval.substitutions import WordSubstitution
 from glamrl.eval.suite import SUITES, TESTS, SuiteTest, register_test, run_suite, select_tests
 
@@ -201,7 +201,7 @@ def test_llm_agent_scores_the_names_its_prompts_list(name, llm_builder):
 @pytest.fixture(scope="module")
 def drrn_builder(tmp_path_factory):
     from glamrl.config import load_train_config
-    from glamrl.train_drrn import train_drrn
+    from glamrl.train.drrn import train_drrn
 
     torch.set_num_threads(1)
     run = tmp_path_factory.mktemp("drrn") / "run"

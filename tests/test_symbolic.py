@@ -7,7 +7,7 @@ import torch
 
 from glamrl.agents.factory import make_agent, make_model, restore_agent
 from glamrl.agents.symbolic import MISSION_TOKENS, ACModel, SymbolicAgent
-from glamrl.checkpoint import load_checkpoint
+from glamrl.run.checkpoint import load_checkpoint
 from glamrl.cli import main
 from glamrl.config import AgentConfig, SymbolicConfig, load_train_config
 from glamrl.envs import make_vector_env
@@ -16,8 +16,9 @@ from glamrl.rl.buffer import RolloutBuffer
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients, ppo_loss
 from glamrl.rollout import evaluate, step
-from glamrl.runlog import read_log
-from glamrl.train import evaluate_policy, train
+from glamrl.run.log import read_log
+from glamrl.train.common import evaluate_policy
+from glamrl.train.ppo import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -9,10 +9,10 @@ import time
 import pytest
 import torch
 
-from glamrl.checkpoint import load_checkpoint
+from glamrl.run.checkpoint import load_checkpoint
 from glamrl.config import load_train_config
-from glamrl.runlog import read_log
-from glamrl.train import TrainingDiverged, train
+from glamrl.run.log import read_log
+from glamrl.train.ppo import TrainingDiverged, train
 
 TINY = [
     "env.id=BabyAI-TurnToObject-v0", "env.num_envs=8", "env.seed=3",

@@ -21,10 +21,11 @@ from gymnasium.vector import SyncVectorEnv
 from torch import nn
 
 from glamrl.agents.base import Agent
-from glamrl.checkpoint import CheckpointError, checkpoint_dir, load_checkpoint, restoring
-from glamrl.config import AGENT_KINDS, TrainConfig, read_run_config
+from glamrl.run.checkpoint import CheckpointError, checkpoint_dir, load_checkpoint, restoring
+from glamrl.config import AGENT_KINDS, TrainConfig
+from glamrl.run.dir import read_run_config
 from glamrl.errors import GlamrlError
-from glamrl.rundir import CONFIG_FILE
+from glamrl.run.dir import CONFIG_FILE
 
 TRAINABLE_KINDS = ("llm", "drrn", "symbolic")
 

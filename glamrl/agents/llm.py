@@ -11,7 +11,7 @@ import torch
 from glamrl.agents.base import Decision
 from glamrl.llm.policy import LLMPolicy
 from glamrl.prompts import PromptHistory
-from glamrl.transfer import to_host
+from glamrl.parallel.transfer import to_host
 
 
 class LLMAgent:

@@ -31,10 +31,10 @@ from typing import Any
 import yaml
 
 from glamrl.config import ConfigError, EnvConfig, load_train_config
-from glamrl.eval.stats import mean_interval
+from glamrl.stats import mean_interval
 from glamrl.files import write_text
-from glamrl.rundir import LOG_FILE
-from glamrl.runlog import read_log
+from glamrl.run.dir import LOG_FILE
+from glamrl.run.log import read_log
 
 EVAL_ONLY = ("random", "bot")
 
@@ -238,7 +238,7 @@ def time_to_target(rows: list[dict[str, float]], target: float) -> tuple[float, 
 
 def report(experiment: Experiment) -> Path:
     """The plots and the table of every run trained so far (unfinished runs are drawn as far as they got)."""
-    from glamrl.plot import plot_runs
+    from glamrl.eval.plot import plot_runs
 
     trained = [(spec, [run_dir(experiment, spec, s) for s in spec.seeds
                        if (run_dir(experiment, spec, s) / LOG_FILE).exists()]) for spec in experiment.runs

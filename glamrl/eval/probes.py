@@ -28,7 +28,7 @@ from glamrl.config import TrainConfig
 from glamrl.errors import GlamrlError
 from glamrl.files import atomic_output, writing
 from glamrl.prompts import build_prompt
-from glamrl.rundir import PROBES_FILE
+from glamrl.run.dir import PROBES_FILE
 
 COLUMNS = ("update", "frames", "probe", "action", "prob")
 
@@ -135,7 +135,7 @@ def plot_probes(run_dir: Path, out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from glamrl.plot import save_figure
+    from glamrl.eval.plot import save_figure
 
     curves = read_probes(run_dir)
     cols = min(3, len(curves))

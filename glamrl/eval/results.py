@@ -24,7 +24,7 @@ import numpy as np
 
 from glamrl.errors import GlamrlError
 from glamrl.files import atomic_output, write_text
-from glamrl.rundir import check_output
+from glamrl.run.dir import check_output
 
 OUT_FILES = ("results.md", "results.csv", "results.png")
 TEST_FIELDS = ("success_rate", "mean_return", "success_ci")

@@ -25,7 +25,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_outputs import BaseModelOutput
 
 from glamrl.errors import GlamrlError
-from glamrl.transfer import to_device
+from glamrl.parallel.transfer import to_device
 
 if TYPE_CHECKING:
     from glamrl.llm.trunk import FrozenTrunk

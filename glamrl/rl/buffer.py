@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from glamrl.transfer import to_device
+from glamrl.parallel.transfer import to_device
 
 
 @dataclass

@@ -29,12 +29,16 @@ import fcntl
 import functools
 import inspect
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
+
+from glamrl.config import (RESOLVED, ConfigError, Resolved, TrainConfig, apply_overrides, changed_fields, from_dict,
+                           load_yaml, without_resolved)
 from glamrl.errors import GlamrlError
-from glamrl.files import check_writable_dir, is_temp_of, remove
+from glamrl.files import check_writable_dir, is_temp_of, remove, write_text
 
 CONFIG_FILE = "config.yaml"
 LOG_FILE = "log.csv"
@@ -206,9 +210,56 @@ def holds_run_lock(loop: Callable) -> Callable:
 
     @functools.wraps(loop)
     def locked(*args, **kwargs):
-        from glamrl import distributed  # torch: not imported by commands that only check paths
+        from glamrl.parallel import distributed  # torch: not imported by commands that only check paths
 
         run_dir = signature.bind(*args, **kwargs).arguments["run_dir"]
         with run_lock(run_dir) if distributed.current().is_main else contextlib.nullcontext():
             return loop(*args, **kwargs)
     return locked
+
+
+# ------------------------------------------------------------------ the run's config
+# A run directory keeps the config it was started with, in RUN_DIR/config.yaml. The rule:
+# - no config.yaml in RUN_DIR: a new run, and --config is needed (a directory holding a run's other
+#   files without config.yaml is refused: see glamrl.run.dir);
+# - config.yaml present, no --config: resume it; dotted overrides (e.g. ppo.total_frames=...
+#   to extend the run) apply on top and are recorded in config.yaml;
+# - config.yaml present and --config given: resume only if both give the same config,
+#   else refuse and say how to resume or start afresh (--overwrite, or another --run-dir).
+
+def read_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> TrainConfig | None:
+    """RUN_DIR/config.yaml with `overrides` applied, or None when the run has no config."""
+    path = run_dir / CONFIG_FILE
+    if not path.exists():
+        return None
+    try:
+        return from_dict(TrainConfig, apply_overrides(without_resolved(load_yaml(path)), overrides))
+    except ConfigError as err:
+        raise ConfigError(f"{err} (in the run's saved config {path}; fix it or start afresh with --overwrite)") from None
+
+
+def resolve_run_config(run_dir: Path, cfg: TrainConfig | None, overrides: Sequence[str] = ()) -> tuple[TrainConfig, bool]:
+    """The config a `glamrl train` on `run_dir` runs, and whether it resumes a run (see the rule above)."""
+    saved = read_run_config(run_dir, overrides)
+    if saved is None:
+        if cfg is None:
+            raise ConfigError(f"{run_dir} holds no run to resume (no {CONFIG_FILE}); start one with --config FILE")
+        check_new_run_dir(run_dir)
+        return cfg, False
+    if cfg is not None and cfg != saved:
+        changed = changed_fields(saved.to_dict(), cfg.to_dict())
+        raise ConfigError(
+            f"{run_dir} already holds a run with another config ({', '.join(changed[:3])} differ); resume it with "
+            f"'glamrl train --run-dir {run_dir}' (plus overrides such as ppo.total_frames=N), or start afresh "
+            f"with another --run-dir or --overwrite")
+    return saved, True
+
+
+def write_config(cfg: TrainConfig, run_dir: Path, resolved: Mapping[str, Resolved] | None = None) -> None:
+    """RUN_DIR/config.yaml, written atomically: `cfg`, then the `resolved` record (setting -> value) if any."""
+    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    if resolved:
+        text += (f"# {RESOLVED}: what the settings above became on the machine that last started this run "
+                 f"(a record, not read back)\n")
+        text += yaml.safe_dump({RESOLVED: {key: r.value for key, r in resolved.items()}}, sort_keys=False)
+    write_text(run_dir / CONFIG_FILE, text)

@@ -24,7 +24,8 @@ import yaml
 from safetensors.torch import save_file
 
 from glamrl.agents.factory import restore_model
-from glamrl.config import TrainConfig, read_run_config
+from glamrl.config import TrainConfig
+from glamrl.run.dir import read_run_config
 from glamrl.errors import GlamrlError
 from glamrl.files import atomic_output
 from glamrl.llm.exported import (
@@ -38,7 +39,7 @@ from glamrl.llm.exported import (
 from glamrl.llm.loading import EMBEDDED_NAME, TINY_NAMES, embedded_smollm2_dir
 from glamrl.llm.policy import LLMPolicy
 from glamrl.prompts import build_prompt
-from glamrl.rundir import RUN_DATA, check_output
+from glamrl.run.dir import RUN_DATA, check_output
 
 
 class ExportError(GlamrlError, ValueError):
@@ -196,7 +197,7 @@ def _duration(seconds: float) -> str:
 
 
 def _training_section(run_dir: Path, state: dict[str, Any]) -> list[str]:
-    from glamrl.runlog import LogNotFoundError, read_log
+    from glamrl.run.log import LogNotFoundError, read_log
 
     lines = [f"- {_count(state['update'], 'PPO update')}, {_count(state['frames'], 'frame')}, "
              f"{_count(state['episodes'], 'episode')}, wall time {_duration(state['duration'])} "

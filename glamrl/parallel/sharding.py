@@ -34,7 +34,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard, register_fsdp_forward_method
 from torch.distributed.tensor import DTensor
 
-from glamrl import distributed
+from glamrl.parallel import distributed
 from glamrl.errors import GlamrlError
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True, flatten_optimizer_state_dict=False)

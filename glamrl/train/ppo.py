@@ -3,18 +3,14 @@
 Phases of each update: collect (the policy scores actions under inference mode) →
 bootstrap and GAE → flatten → optimise the PPO loss over epochs of minibatches →
 log → checkpoint. A run directory holds everything; running again on it resumes.
-The helpers above `train` (open_run, record_config, restore_training, open_logger, report_success) are
-shared with the other training loops (`train_drrn.py`, `bc.py`).
+The run's skeleton (open, restore, record the config, log, evaluate) is `glamrl.train.common`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import random
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +18,23 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from glamrl import distributed, sharding
 from glamrl.agents.base import ActorCriticNetwork
 from glamrl.agents.factory import AgentKindError, make_agent, make_model
-from glamrl.checkpoint import checkpoint_dir, load_checkpoint, restoring, rng_state, save_checkpoint, set_rng_state
-from glamrl.config import PPOConfig, TrainConfig, write_config
+from glamrl.config import PPOConfig, TrainConfig
 from glamrl.errors import GlamrlError
 from glamrl.eval.probes import read_run_probes, start_probe_log
+from glamrl.parallel import distributed, sharding
 from glamrl.rl.buffer import RolloutBuffer
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients
 from glamrl.rl.value_norm import ValueNormalizer
-from glamrl.rollout import run_episodes, step, summarize
-from glamrl.rundir import holds_run_lock
-from glamrl.runlog import RunLogger, episode_stats
+from glamrl.rollout import step
+from glamrl.run.checkpoint import rng_state, save_checkpoint
+from glamrl.run.dir import holds_run_lock
+from glamrl.run.log import episode_stats
+from glamrl.train.common import (TrainResult, open_logger, open_run, record_config, report_success, restore_training,
+                                 seed_everything)
 
-EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training ones
 PPO_KINDS = ("llm", "symbolic")
 LOSS_TERMS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
 
@@ -46,93 +43,13 @@ class TrainingDiverged(GlamrlError, RuntimeError):
     """The PPO loss became NaN or infinite."""
 
 
-@dataclass
-class TrainResult:
-    run_dir: Path
-    updates: int
-    frames: int
-    success_before: float | None
-    success_after: float | None
-
-
-def default_run_dir(cfg: TrainConfig) -> Path:
-    """runs/{env}-{model}-seed{seed} (llm) or runs/{env}-{kind}-seed{seed}: the one place run ids are made."""
-    model = Path(cfg.model.name).stem.replace("/", "_") if cfg.agent.kind == "llm" else cfg.agent.kind
-    return Path("runs") / f"{cfg.env.id}-{model}-seed{cfg.env.seed}"
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-class TrainerMismatchError(GlamrlError, ValueError):
-    """A run directory resumed by another training loop than the one that wrote it."""
-
-
-def open_run(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str) -> dict[str, Any] | None:
-    """Seed everything and, resuming, return RUN_DIR's last checkpoint (None for a new run).
-
-    `trainer` (ppo, drrn, bc) must be the loop that wrote the checkpoint, stored under "trainer"
-    in it. Under torchrun rank 0 reads the checkpoint and the other ranks receive it (or its refusal).
-    The config is written by the loop once its envs and model could be built and the checkpoint
-    restored into them (`record_config`): a start that fails leaves the run directory as it was.
-    """
-    state = distributed.from_main(lambda: load_checkpoint(run_dir) if resume else None)
-    if state is not None and state.get("trainer", "ppo") != trainer:
-        raise TrainerMismatchError(
-            f"{run_dir} was trained by {state.get('trainer', 'ppo')}, not {trainer}: start a new run from it "
-            f"with agent.init_from={run_dir} and another --run-dir")
-    seed_everything(cfg.env.seed)  # the same initial weights on every rank
-    return state
-
-
-def resuming_from(cfg: TrainConfig, run_dir: Path, state: dict[str, Any]) -> contextlib.AbstractContextManager:
-    """A block whose loads from RUN_DIR's checkpoint `state` become one error line when they do not fit `cfg`."""
-    return restoring(f"the checkpoint in {checkpoint_dir(run_dir)}", state.get("config"), cfg.to_dict(),
-                     "resume with the values it was saved with, or start afresh with --overwrite or another --run-dir")
-
-
-def record_config(cfg: TrainConfig, run_dir: Path, model: torch.nn.Module | None, say: Callable[[str], None]) -> None:
-    """Write RUN_DIR/config.yaml once the envs and model could be built (and restored), with what the model's
-    `auto` settings became on this machine (an LLM policy's `resolved`), and say those."""
-    resolved = getattr(model, "resolved", {})
-    for key, r in resolved.items():
-        say(f"{key}: {r.value} ({r.why})")
-    write_config(cfg, run_dir, resolved)
-
-
-def restore_training(cfg: TrainConfig, run_dir: Path, state: dict[str, Any], model: torch.nn.Module,
-                     optimizer: torch.optim.Optimizer) -> None:
-    """Load a checkpoint's trained weights, optimizer and RNG states (every training loop stores these three)."""
-    with resuming_from(cfg, run_dir, state):
-        sharding.load_state(model, optimizer, state["policy"], state["optimizer"])
-    set_rng_state(state["rng"])
-
-
-def open_logger(cfg: TrainConfig, run_dir: Path, state: dict[str, Any] | None) -> RunLogger:
-    """RUN_DIR's log, cut back to the checkpoint being resumed (`state`) or started afresh."""
-    return RunLogger(run_dir, resume_after_update=state["update"] if state is not None else None,
-                     tensorboard=cfg.run.tensorboard)
-
-
-def report_success(cfg: TrainConfig, model: torch.nn.Module, when: str, say: Callable[[str], None]) -> float | None:
-    """Success rate on `cfg.run.eval_episodes` evaluation episodes, said aloud; None when that is 0."""
-    if not cfg.run.eval_episodes:
-        return None
-    rate = evaluate_policy(cfg, model)["success_rate"]
-    say(f"success rate {when}: {rate:.3f} ({cfg.run.eval_episodes} episodes)")
-    return rate
-
-
 @holds_run_lock
 def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool = True,
           say: Callable[[str], None] = print) -> TrainResult:
     """Train (or resume, from RUN_DIR's last checkpoint) the PPO agent `cfg` describes (llm or symbolic).
 
     Holds RUN_DIR's lock throughout: a second process on the same run directory is refused.
-    Under torchrun (see `glamrl.distributed`) every rank calls this; rank 0 alone touches RUN_DIR.
+    Under torchrun (see `glamrl.parallel.distributed`) every rank calls this; rank 0 alone touches RUN_DIR.
     """
     ranks = distributed.current()
     if not ranks.is_main:  # rank 0 alone speaks
@@ -317,16 +234,3 @@ def explained_variance(returns: torch.Tensor, values: torch.Tensor) -> float:
     return float(1 - (y - v).var() / y.var()) if y.var() > 0 else float("nan")
 
 
-def evaluate_policy(cfg: TrainConfig, policy: torch.nn.Module) -> dict[str, Any]:
-    """The policy's success on fresh evaluation episodes (seeds apart from training), shared among the ranks."""
-    ranks = distributed.current()
-    share = cfg.run.eval_episodes // ranks.world_size + (ranks.rank < cfg.run.eval_episodes % ranks.world_size)
-    envs = cfg.env.make_vector_env()
-    agent = make_agent(cfg, policy, envs, greedy=cfg.run.eval_greedy)
-    try:
-        seed = cfg.env.seed + EVAL_SEED_OFFSET + ranks.rank * cfg.env.num_envs
-        with sharding.gathered(policy):  # ranks play different episodes: a sharded policy acts on whole weights
-            results = run_episodes(envs, agent, share, seed=seed)
-    finally:
-        envs.close()
-    return summarize([e for rank_results in distributed.gather_objects(results) for e in rank_results])

@@ -28,13 +28,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from glamrl import sharding
+from glamrl.parallel import sharding
 from glamrl.agents.factory import AgentKindError, make_model
-from glamrl.checkpoint import rng_state, save_checkpoint
+from glamrl.run.checkpoint import rng_state, save_checkpoint
 from glamrl.config import TrainConfig
-from glamrl.demos import DemoFileError, read_demos
-from glamrl.rundir import holds_run_lock
-from glamrl.train import TrainResult, open_logger, open_run, record_config, report_success, restore_training
+from glamrl.eval.demos import DemoFileError, read_demos
+from glamrl.run.dir import holds_run_lock
+from glamrl.train.common import TrainResult, open_logger, open_run, record_config, report_success, restore_training
 
 
 def data_identity(data: Path, records: int) -> dict[str, Any]:

@@ -4,7 +4,7 @@
      "task": "go_to", "episode": 3, "step": 0, "episode_return": 0.9, "success": true}
 
 `prompt` is GLAM's prompt (glamrl/prompts.py) of the decision, with the action names
-and history length given; behavioural cloning (glamrl/bc.py) learns `action` from it. A
+and history length given; behavioural cloning (glamrl/train/bc.py) learns `action` from it. A
 record is read back only if its `action` is the name the cloning config gives its
 `action_index` (`read_demos`): demonstrations recorded with other action names (another
 language, other words) are refused, not cloned under the wrong names.

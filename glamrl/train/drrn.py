@@ -28,15 +28,14 @@ from tqdm import tqdm
 
 from glamrl.agents.drrn import DRRNAgent, DRRNetwork, Exploration
 from glamrl.agents.factory import AgentKindError, make_agent, make_model
-from glamrl.checkpoint import rng_state, save_checkpoint
+from glamrl.run.checkpoint import rng_state, save_checkpoint
 from glamrl.config import DRRNConfig, TrainConfig
 from glamrl.rl.dqn import double_q_loss, linear_epsilon
 from glamrl.rl.replay import ReplayMemory
 from glamrl.rollout import step
-from glamrl.rundir import holds_run_lock
-from glamrl.runlog import episode_stats
-from glamrl.train import (TrainResult, open_logger, open_run, record_config, report_success, restore_training,
-                          resuming_from)
+from glamrl.run.dir import holds_run_lock
+from glamrl.run.log import episode_stats
+from glamrl.train.common import TrainResult, open_logger, open_run, record_config, report_success, restore_training, resuming_from
 
 
 def q_learning_step(network: DRRNetwork, target: DRRNetwork, action_ids: torch.Tensor,

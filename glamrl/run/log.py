@@ -18,7 +18,7 @@ import numpy as np
 
 from glamrl.errors import GlamrlError
 from glamrl.files import atomic_output, writing
-from glamrl.rundir import LOG_FILE, TB_DIR
+from glamrl.run.dir import LOG_FILE, TB_DIR
 
 CSV_COLUMNS = (
     "update", "episodes", "frames", "FPS", "duration",

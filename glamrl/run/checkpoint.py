@@ -34,7 +34,7 @@ import torch
 from glamrl.config import changed_fields, flatten
 from glamrl.errors import GlamrlError
 from glamrl.files import WriteError, atomic_output
-from glamrl.rundir import CHECKPOINTS
+from glamrl.run.dir import CHECKPOINTS
 
 LAST, BACKUP = "last.pt", "backup.pt"
 ARCHITECTURE_SECTIONS = ("model", "prompt", "symbolic", "drrn")

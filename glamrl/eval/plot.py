@@ -22,8 +22,8 @@ import yaml  # noqa: E402
 
 from glamrl.config import load_yaml  # noqa: E402
 from glamrl.files import atomic_output  # noqa: E402
-from glamrl.rundir import CONFIG_FILE  # noqa: E402
-from glamrl.runlog import read_log  # noqa: E402
+from glamrl.run.dir import CONFIG_FILE  # noqa: E402
+from glamrl.run.log import read_log  # noqa: E402
 
 GRID_POINTS = 200
 SUFFIXES = (".png", ".pdf", ".svg")  # the figure formats `plot --out` takes
