@@ -1,6 +1,6 @@
 """Which ops are slow in bf16 on this CPU: the scorer's forward and forward+backward per numerics and attention.
 
-    python benchmarks/bf16_ops.py [--model smollm2-135m] [--batch 4] [--top 6]
+    python -m benchmarks.bf16_ops [--model smollm2-135m] [--batch 4] [--top 6]
 
 Numerics: fp32 (weights and compute), autocast (fp32 weights, bf16 compute: `model.compute_dtype`),
 bf16 (bf16 weights). Attention: sdpa and eager, both with the scorer's 4D masks. For each run the

@@ -1,7 +1,7 @@
 """GLAM's own configuration, a few PPO updates: frames/s, peak RSS and achieved FLOP/s.
 
-    python benchmarks/glam_config.py            # 3 updates per variant (steady state: updates 2..3)
-    python benchmarks/glam_config.py --quick    # 2 updates per variant (the second one is reported)
+    python -m benchmarks.glam_config            # 3 updates per variant (steady state: updates 2..3)
+    python -m benchmarks.glam_config --quick    # 2 updates per variant (the second one is reported)
 
 GLAM's configuration: SmolLM2-135M (`smollm2-135m`), BabyAI-MixedTrainLocal-v0, 2 envs x 8
 frames per update, 4 epochs, minibatch 4, 3 observations (configs/glam_paper.yaml with
@@ -54,7 +54,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # benchmarks.train_speed, when run as a script
 GLAM = ["env.num_envs=2", "ppo.num_steps=8", "ppo.epochs=4", "ppo.minibatch_size=4", "prompt.nbr_obs=3",
         "run.eval_episodes=0", "run.tensorboard=false", "model.device=cpu"]
 VARIANTS = {  # model.gradient_checkpointing=auto: on for full fine-tuning, off with train_layers
@@ -148,7 +147,7 @@ def main() -> None:
     print(f"{'variant':<28}{'dtype':>9}{'ckpt':>6}{'collect f/s':>12}{'update f/s':>11}{'overall f/s':>12}"
           f"{'peak RSS':>10}{'GFLOP/frame':>12}{'GFLOP/s':>9}{'matmul':>8}{'fraction':>9}{'executed':>9}")
     for name in args.variants:
-        done = subprocess.run([sys.executable, __file__, "--child", name, "--updates", str(updates),
+        done = subprocess.run([sys.executable, "-m", "benchmarks.glam_config", "--child", name, "--updates", str(updates),
                                "--model", args.model], capture_output=True, text=True, cwd=ROOT)
         if done.returncode != 0:
             print(f"{name}: failed\n{done.stderr[-2000:]}")

@@ -1,8 +1,8 @@
 """Minutes to ground a level: train the embedded SmolLM2 until its training episodes reach a success
 rate, and say how long it took and where the time went.
 
-    python benchmarks/time_to_ground.py                          # top-4 blocks, LoRA, full fine-tuning
-    python benchmarks/time_to_ground.py --variants top4 --minutes 20 --target 0.9 --seed 2
+    python -m benchmarks.time_to_ground                          # top-4 blocks, LoRA, full fine-tuning
+    python -m benchmarks.time_to_ground --variants top4 --minutes 20 --target 0.9 --seed 2
 
 Each variant is `glamrl train --config configs/goto_cpu.yaml` (BabyAI-GoToObjS4-v0) with
 `run.stop_at_success=TARGET` and `run.max_minutes=MINUTES`, in its own process and run directory

@@ -1,7 +1,7 @@
 """Where full fine-tuning's memory goes: RSS after each phase of a few PPO minibatches, and what autograd keeps.
 
-    python benchmarks/update_memory.py                                  # GLAM's config, SmolLM2, fp32, defaults
-    python benchmarks/update_memory.py model.gradient_checkpointing=false --minibatches 3
+    python -m benchmarks.update_memory                                  # GLAM's config, SmolLM2, fp32, defaults
+    python -m benchmarks.update_memory model.gradient_checkpointing=false --minibatches 3
 
 GLAM's configuration as `glam_config.py` runs it (2 envs x 8 frames, minibatch 4, 3 observations),
 with the training loop's own pieces: the policy, a collection of 16 real prompts under inference
@@ -14,21 +14,20 @@ The weights, their gradients and Adam's two moments are 4 bytes per trainable pa
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # benchmarks.train_speed, when run as a script
 
-from benchmarks.glam_config import GLAM  # noqa: E402
-from benchmarks.train_speed import real_prompts  # noqa: E402
-from glamrl.config import load_train_config  # noqa: E402
-from glamrl.llm.policy import LLMPolicy  # noqa: E402
-from glamrl.rl.buffer import Batch  # noqa: E402
-from glamrl.rl.ppo import accumulate_gradients  # noqa: E402
+from benchmarks.glam_config import GLAM
+from benchmarks.train_speed import real_prompts
+from glamrl.config import load_train_config
+from glamrl.llm.policy import LLMPolicy
+from glamrl.rl.buffer import Batch
+from glamrl.rl.ppo import accumulate_gradients
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def rss(tag: str) -> None:

@@ -103,9 +103,11 @@ def report_success(cfg: TrainConfig, model: torch.nn.Module, when: str, say: Cal
     """Success rate on `cfg.run.eval_episodes` evaluation episodes, said aloud; None when that is 0."""
     if not cfg.run.eval_episodes:
         return None
-    rate = evaluate_policy(cfg, model)["success_rate"]
-    say(f"success rate {when}: {rate:.3f} ({cfg.run.eval_episodes} episodes)")
-    return rate
+    summary = evaluate_policy(cfg, model)
+    lo, hi = summary["success_ci"]
+    say(f"success rate {when}: {summary['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) in "
+        f"{summary['mean_length']:.1f} steps on average ({cfg.run.eval_episodes} episodes)")
+    return summary["success_rate"]
 
 
 def evaluate_policy(cfg: TrainConfig, policy: torch.nn.Module) -> dict[str, Any]:
