@@ -7,11 +7,15 @@ import contextlib
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from glamrl.config import AGENT_KINDS, EnvConfig
+from glamrl.config import AGENT_KINDS, EnvConfig, ModelConfig
 from glamrl.errors import GlamrlError
 from glamrl.files import disk_failure
 from glamrl.run.dir import check_output
+
+if TYPE_CHECKING:
+    from glamrl.eval.agents import AgentSpec
 
 EXAMPLES = """examples:
   glamrl eval --agent bot --env BabyAI-MixedTestLocal-v0 --episodes 200
@@ -60,11 +64,20 @@ def add_episode_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--language", choices=("en", "fr"), default="en")
 
 
+def agent_spec(args: argparse.Namespace, default_kind: str | None = None) -> AgentSpec:
+    """The `AgentSpec` that the agent options of `eval`, `play` and `demos` name."""
+    from glamrl.eval.agents import AgentSpec
+
+    kind = args.agent if args.agent is not None or args.run is not None else default_kind
+    return AgentSpec(kind=kind, model=args.model, run=args.run, dtype=args.dtype, device=args.device,
+                     greedy=args.greedy)
+
+
 def add_agent_args(parser: argparse.ArgumentParser) -> None:
     """The agent to run, fresh (`--agent`, `--model`) or trained (`--run`): shared by eval, play and demos."""
     parser.add_argument("--agent", choices=AGENT_KINDS, default=None,
                         help="agent kind (with --run: checked against the run's; default: the run's)")
-    parser.add_argument("--model", default="smollm2-135m",
+    parser.add_argument("--model", default=ModelConfig.name,
                         help="llm agent: model name or path (a `glamrl export` dir too)")
     parser.add_argument("--run", type=Path, default=None, help="the trained agent of this run dir (any kind)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
@@ -160,7 +173,7 @@ def cmd_play(args: argparse.Namespace) -> None:
     else:
         test = SuiteTest("play", "one episode", env_id=args.env or TRAIN_LEVEL, language=args.language)
     make_env(test.env_id)  # an unknown id fails here, before the agent loads
-    label, build = agent_builder(args)
+    label, build = agent_builder(agent_spec(args), args.seed)
     moments, names = play_episode(test, build, args.seed, args.max_frames)
     where = test.env_id if args.test is None else f"{test.name}, {test.env_id}"
     images = draw_frames(moments, names, f"{label} | {where} seed {args.seed}")
@@ -222,10 +235,10 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from glamrl.eval.agents import make_eval_agent
 
     envs = make_vector_env(args.env, args.num_envs, task=args.task, language=args.language)
-    agent = make_eval_agent(args, envs)
+    agent, kind = make_eval_agent(agent_spec(args), envs, args.seed, args.language)
     summary = evaluate(envs, agent, args.episodes, seed=args.seed, progress=True)
-    summary = {"agent": args.agent, "env": args.env, "seed": args.seed, **summary}
-    print(f"{args.agent} on {args.env} ({args.episodes} episodes, seed {args.seed})")
+    summary = {"agent": kind, "env": args.env, "seed": args.seed, **summary}
+    print(f"{kind} on {args.env} ({args.episodes} episodes, seed {args.seed})")
     print(format_table(summary))
     if args.out:
         write_text(args.out, json.dumps(summary, indent=2))
@@ -251,7 +264,7 @@ def cmd_suite(args: argparse.Namespace) -> None:
     suite = "custom" if args.tests is not None else args.suite or "paper"
     if args.out:
         check_output(args.out, suffixes=(".json",))
-    label, build = agent_builder(args)
+    label, build = agent_builder(agent_spec(args), args.seed)
     seed = args.seed + EVAL_SEED_OFFSET
     print(f"{label}: {len(tests)} tests, {args.episodes} episodes each, evaluation seeds from {seed}")
     for name, why in skipped.items():
@@ -278,18 +291,16 @@ def cmd_demos(args: argparse.Namespace) -> None:
     from glamrl.rollout import format_table
 
     check_output(args.out, suffixes=(".jsonl",))
-    if args.agent is None and args.run is None:
-        args.agent = "bot"
     from glamrl.eval.agents import make_eval_agent
 
     args.env = args.env or EnvConfig.id
     envs = make_vector_env(args.env, args.num_envs, task=args.task, language=args.language)
-    agent = make_eval_agent(args, envs)
+    agent, kind = make_eval_agent(agent_spec(args, default_kind="bot"), envs, args.seed, args.language)
     actions = action_names(args.language)
     records, summary = record_demos(envs, agent, args.episodes, args.seed, actions, args.nbr_obs, args.language,
                                     progress=True)
     write_demos(records, args.out)
-    print(f"{args.agent} on {args.env}: {args.episodes} episodes, {len(records)} records in {args.out}")
+    print(f"{kind} on {args.env}: {args.episodes} episodes, {len(records)} records in {args.out}")
     print(format_table(summary))
 
 

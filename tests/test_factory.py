@@ -76,3 +76,17 @@ def test_eval_run_of_another_kind_and_unknown_kinds_give_one_line(tmp_path, caps
         make_model(load_train_config(None, ["agent.kind=llm", f"agent.init_from={run}", "model.name=tiny-llama"]))
     with pytest.raises(ConfigError):
         load_train_config(None, ["agent.kind=npae2"])
+
+
+def test_agent_spec_names_a_fresh_or_a_trained_agent_without_changing_anything():
+    from glamrl.eval.agents import AgentSpec, load_eval_model
+
+    spec = AgentSpec(kind="random")
+    cfg, model, label = load_eval_model(spec, seed=3, language="fr")
+    assert (cfg.agent.kind, model, label, cfg.env.seed) == ("random", None, "random", 3)
+    assert cfg.prompt.actions[0] == "tourner à gauche"  # the language's own action names
+    assert spec == AgentSpec(kind="random")  # a frozen spec: loading never rewrites it
+    with pytest.raises(AgentKindError, match="give --agent"):
+        load_eval_model(AgentSpec())
+    with pytest.raises(AgentKindError, match="untrained"):
+        load_eval_model(AgentSpec(kind="drrn"))

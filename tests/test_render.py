@@ -1,13 +1,12 @@
 """`glamrl play`: one episode as a GIF or a PNG sheet, with the agent's action probabilities."""
 
-import argparse
 
 import pytest
 import torch
 from PIL import Image
 
 from glamrl.cli import main
-from glamrl.eval.agents import agent_builder
+from glamrl.eval.agents import AgentSpec, agent_builder
 from glamrl.eval.render import play_episode
 from glamrl.eval.suite import TESTS
 
@@ -22,9 +21,7 @@ def test_bot_episode_gif_ends_on_the_outcome(tmp_path, capsys):
 
 def test_llm_moments_show_the_distribution_the_agent_sampled_from():
     torch.set_num_threads(1)
-    args = argparse.Namespace(agent="llm", model="tiny-llama", run=None, dtype="float32", device="cpu",
-                              greedy=False, seed=1)
-    build = agent_builder(args)[1]
+    build = agent_builder(AgentSpec(kind="llm", model="tiny-llama", device="cpu"))[1]
     decisions, agents = [], []
 
     def build_and_keep(envs, test):  # the real agent; its decisions kept to compare with the drawn moments

@@ -1,6 +1,5 @@
 """The generalisation suite: substitutions reach the prompt, the bot is unaffected, errors come first."""
 
-import argparse
 import json
 import re
 import subprocess
@@ -11,7 +10,7 @@ import pytest
 import torch
 
 from glamrl.envs.actions import ACTION_NAMES, FRENCH_ACTION_NAMES, SYNONYM_ACTION_NAMES
-from glamrl.eval.agents import agent_builder
+from glamrl.eval.agents import AgentSpec, agent_builder
 from glamrl.stats import mean_interval, wilson_interval
 from glamrl.eval.substitutions import WordSubstitution
 from glamrl.eval.suite import SUITES, TESTS, SuiteTest, register_test, run_suite, select_tests
@@ -27,9 +26,7 @@ ENGLISH_VOCABULARY = {
 @pytest.fixture(scope="module")
 def llm_builder():
     torch.set_num_threads(1)
-    args = argparse.Namespace(agent="llm", model="tiny-llama", run=None, dtype="float32", device="cpu",
-                              greedy=False, seed=1)
-    return agent_builder(args)[1]
+    return agent_builder(AgentSpec(kind="llm", model="tiny-llama", device="cpu"))[1]
 
 
 def first_prompts(test: SuiteTest, build) -> list[str]:
@@ -109,7 +106,7 @@ def test_synonym_actions_map_back_to_the_env_actions(llm_builder):
 
 
 def test_bot_solves_every_test():
-    bot = agent_builder(argparse.Namespace(agent="bot", seed=1))[1]
+    bot = agent_builder(AgentSpec(kind="bot"))[1]
     results = run_suite([TESTS[n] for n in SUITES["all"]], bot, episodes=8, seed=1_000_001, num_envs=2)
     assert set(results) == set(SUITES["all"])
     for name, r in results.items():
@@ -118,7 +115,7 @@ def test_bot_solves_every_test():
 
 
 def test_random_stays_in_its_band_and_ignores_the_text():
-    random = agent_builder(argparse.Namespace(agent="random", seed=1))[1]
+    random = agent_builder(AgentSpec(kind="random"))[1]
     results = run_suite([TESTS["no_change"], TESTS["invented_words"]], random, episodes=40, seed=1_000_001)
     assert 0.03 <= results["no_change"]["success_rate"] <= 0.3
     # same seeds, same action draws, text changes only: an agent that does not read must not notice
@@ -210,7 +207,7 @@ def drrn_builder(tmp_path_factory):
                                    "drrn.batch_size=8", "drrn.embedding_dim=16", "drrn.hidden_size=16",
                                    "run.eval_episodes=0", "run.tensorboard=false"])
     train_drrn(cfg, run, progress=False, say=lambda _: None)
-    return agent_builder(argparse.Namespace(agent=None, run=run, greedy=False, seed=1))[1]
+    return agent_builder(AgentSpec(run=run))[1]
 
 
 @pytest.mark.parametrize("name", ["synonym_actions", "french", "intro_second_person"])

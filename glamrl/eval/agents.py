@@ -1,17 +1,17 @@
 """The agents that `glamrl eval`, `eval --suite`, `play` and `demos` run, built through the agent factory.
 
-`load_eval_model(args)` does the slow and fallible work once, before any episode: it
-reads a run (`--run`, any agent kind), or describes a fresh agent (`--agent`: llm
-zero-shot from `--model`, a `glamrl export` directory included; random; bot). Then
-`agent_builder(args)` returns a label and a function that builds the agent for one
-suite test's envs: the same network, with the test's action names, language and goal
-header.
+An `AgentSpec` (built once by the CLI from its options) names the agent. `load_eval_model(spec)`
+does the slow and fallible work once, before any episode: it reads a run (`run`, any agent kind),
+or describes a fresh agent (`kind`: llm zero-shot from `model`, a `glamrl export` directory
+included; random; bot). Then `make_eval_agent` builds it for one level's envs, and
+`agent_builder` returns a label and a function that builds it for one suite test's envs: the
+same network, with the test's action names, language and goal header.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 from gymnasium.vector import SyncVectorEnv
@@ -26,51 +26,66 @@ from glamrl.eval.suite import AgentBuilder, SuiteTest
 ZERO_SHOT_NBR_OBS = 3  # GLAM's prompt keeps three observations
 
 
-def load_eval_model(args: argparse.Namespace) -> tuple[TrainConfig, nn.Module | None, str]:
-    """(config, network or None, label) of the agent that `args` names; `args.agent` is set to its kind."""
-    if getattr(args, "run", None) is not None:
-        cfg, model, _ = restore_model(args.run, kind=args.agent)
-        args.agent = cfg.agent.kind
-        return cfg, model, f"run {run_label(args.run)}"
-    if args.agent is None:
+@dataclass(frozen=True)
+class AgentSpec:
+    """The agent a command runs: a trained one (`run`), or a fresh one (`kind`, with `model` for llm)."""
+
+    kind: str | None = None
+    """llm, random or bot for a fresh agent; with `run`, the kind the run must hold (None: the run's own)."""
+    model: str = ModelConfig.name
+    """llm: a model name or path (a `glamrl export` directory too)."""
+    run: Path | None = None
+    """a run directory whose trained agent (any kind) is run."""
+    dtype: str = "float32"
+    """llm: the storage dtype of a fresh model's weights."""
+    device: str = "auto"
+    """llm: cpu, cuda, cuda:N or auto."""
+    greedy: bool = False
+    """argmax actions instead of sampling."""
+
+
+def load_eval_model(spec: AgentSpec, seed: int = 1, language: str = "en") -> tuple[TrainConfig, nn.Module | None, str]:
+    """(config, network or None, label) of the agent `spec` names; its kind is `config.agent.kind`."""
+    if spec.run is not None:
+        cfg, model, _ = restore_model(spec.run, kind=spec.kind)
+        return cfg, model, f"run {run_label(spec.run)}"
+    if spec.kind is None:
         raise AgentKindError("give --agent (a fresh agent) or --run (a trained one)")
-    if args.agent in ("drrn", "symbolic"):
-        raise AgentKindError(f"a fresh {args.agent} agent is untrained: give --run with a trained {args.agent} run")
-    language = getattr(args, "language", "en")
+    if spec.kind in ("drrn", "symbolic"):
+        raise AgentKindError(f"a fresh {spec.kind} agent is untrained: give --run with a trained {spec.kind} run")
     prompt = PromptConfig(nbr_obs=ZERO_SHOT_NBR_OBS, actions=list(action_names(language)))
-    model, label = ModelConfig(), args.agent
-    if args.agent == "llm":
+    model, label = ModelConfig(), spec.kind
+    if spec.kind == "llm":
         from glamrl.llm.exported import read_manifest
 
-        model = ModelConfig(name=args.model, dtype=args.dtype, device=args.device)
-        label = f"llm {Path(args.model).name} zero-shot"
-        exported = read_manifest(args.model)
+        model = ModelConfig(name=spec.model, dtype=spec.dtype, device=spec.device)
+        label = f"llm {Path(spec.model).name} zero-shot"
+        exported = read_manifest(spec.model)
         if exported is not None:  # a `glamrl export` directory: its actions and prompt settings
             prompt = PromptConfig(nbr_obs=exported.nbr_obs, actions=list(exported.action_names))
             model = dataclasses.replace(model, normalize_by_length=exported.normalize_by_length,
                                         use_action_heads=exported.use_action_heads)
-            label = f"llm {Path(args.model).name}"
-    cfg = TrainConfig(env=EnvConfig(seed=args.seed, language=language), prompt=prompt, model=model,
-                      agent=AgentConfig(kind=args.agent))
+            label = f"llm {Path(spec.model).name}"
+    cfg = TrainConfig(env=EnvConfig(seed=seed, language=language), prompt=prompt, model=model,
+                      agent=AgentConfig(kind=spec.kind))
     return cfg, make_model(cfg), label
 
 
-def make_eval_agent(args: argparse.Namespace, envs: SyncVectorEnv) -> Agent:
-    """The agent `glamrl eval` (one level) and `glamrl demos` run in `envs`."""
-    cfg, model, _ = load_eval_model(args)
-    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, language=args.language, seed=args.seed))
-    return make_agent(cfg, model, envs, greedy=args.greedy)
+def make_eval_agent(spec: AgentSpec, envs: SyncVectorEnv, seed: int, language: str = "en") -> tuple[Agent, str]:
+    """(the agent, its kind) that `glamrl eval` (one level) and `glamrl demos` run in `envs`."""
+    cfg, model, _ = load_eval_model(spec, seed, language)
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, language=language, seed=seed))
+    return make_agent(cfg, model, envs, greedy=spec.greedy), cfg.agent.kind
 
 
-def agent_builder(args: argparse.Namespace) -> tuple[str, AgentBuilder]:
-    """(label, builder of the agent for one suite test's envs) for the agent `args` names."""
-    cfg, model, label = load_eval_model(args)
-    greedy = getattr(args, "greedy", False)
+def agent_builder(spec: AgentSpec, seed: int = 1) -> tuple[str, AgentBuilder]:
+    """(label, builder of the agent for one suite test's envs) for the agent `spec` names."""
+    cfg, model, label = load_eval_model(spec, seed)
 
     def build(envs: SyncVectorEnv, test: SuiteTest) -> Agent:
         """The agent reading the test's language, words, action names and goal header (text agents)."""
         return make_agent(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, language=test.language)),
-                          model, envs, greedy, action_names=test.action_names(cfg.prompt.actions),
+                          model, envs, spec.greedy, action_names=test.action_names(cfg.prompt.actions),
                           goal_header=test.goal_header)
 
     return label, build

