@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/glamrl train --config configs/quickstart.yaml --run-dir runs/quickstart
+	$(VENV)/bin/glamrl train --config configs/goto_cpu.yaml --run-dir runs/goto_cpu
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -20,10 +20,10 @@ if TYPE_CHECKING:
 EXAMPLES = """examples:
   glamrl eval --agent bot --env BabyAI-MixedTestLocal-v0 --episodes 200
   glamrl eval --agent llm --model smollm2-135m --env BabyAI-MixedTrainLocal-v0 --episodes 50
-  glamrl train --config configs/quickstart.yaml --run-dir runs/quick ppo.lr=1e-5
+  glamrl train --config configs/turn_to_object.yaml --run-dir runs/quick ppo.lr=1e-5
   glamrl demos --agent bot --env BabyAI-GoToObjS4-v0 --episodes 500 --out demos.jsonl
   glamrl bc --data demos.jsonl --config configs/bc.yaml --run-dir runs/bc
-  glamrl train --config configs/quickstart.yaml agent.init_from=runs/bc
+  glamrl train --config configs/turn_to_object.yaml agent.init_from=runs/bc
   glamrl plot runs/quick runs/other --out curves.png
   glamrl eval --suite paper --agent bot --episodes 50 --out suite/bot.json
   glamrl results suite/ --out tables/

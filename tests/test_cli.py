@@ -40,7 +40,7 @@ def test_eval_bot_solves_the_test_level():
         (["eval", "--agent", "wizard"], "invalid choice"),
         (["eval", "--agent", "llm", "--model", "/no/such/model", "--episodes", "2"], "/no/such/model"),
         (["train", "--config", "/no/such.yaml"], "config file not found"),
-        (["train", "--config", "configs/quickstart.yaml", "ppo.nope=1"], "unknown config key 'ppo.nope'"),
+        (["train", "--config", "configs/turn_to_object.yaml", "ppo.nope=1"], "unknown config key 'ppo.nope'"),
     ],
 )
 def test_bad_input_gives_one_clear_line(args, message):

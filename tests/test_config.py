@@ -45,7 +45,7 @@ def test_missing_or_bad_yaml(tmp_path):
         load_train_config(write(tmp_path, "env: [unclosed"))
 
 
-@pytest.mark.parametrize("name", ["quickstart", "glam_paper"])
+@pytest.mark.parametrize("name", ["turn_to_object", "goto_cpu", "glam_paper"])
 def test_shipped_configs_load(name):
     cfg = load_train_config(f"configs/{name}.yaml")
     assert isinstance(cfg, TrainConfig)

@@ -1,6 +1,6 @@
 """Export a run's trained policy as a Hugging Face model directory that loads without glamrl.
 
-    glamrl export --run runs/quickstart --out exports/quickstart [--merge-lora] [--overwrite]
+    glamrl export --run runs/turn --out exports/turn [--merge-lora] [--overwrite]
 
 DIR holds a standard model directory (config.json + model.safetensors: full weights, or
 LoRA merged into them with --merge-lora) or a peft adapter (adapter_config.json +
