@@ -135,8 +135,10 @@ def build_model_dir(name: str, device: torch.device, shrink: bool, out: Path) ->
 
 def per_frame_costs(overrides: list[str], prompts: list[str], minibatch: int) -> dict:
     """FLOPs and tokens per frame of one collection pass and of one update pass (forward + backward),
-    and the SDPA kernels each runs, measured on the policy `glamrl train` builds from `overrides`."""
-    cfg = load_train_config(None, overrides)
+    and the SDPA kernels each runs, measured on the policy `glamrl train` builds from `overrides`. Useful
+    FLOPs: the count runs without activation checkpointing (its recomputed forward is not useful work, and
+    FlopCounterMode cannot follow torch.utils.checkpoint's backward)."""
+    cfg = load_train_config(None, [*overrides, "model.gradient_checkpointing=false"])
     torch.manual_seed(0)
     policy = make_model(cfg)
     scorer = policy.scorer
