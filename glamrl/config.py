@@ -196,7 +196,10 @@ class PPOConfig:
     grad_accum: int = 1
     """split each minibatch into this many forward/backward chunks (memory, not maths)."""
     clip_eps: float = 0.2
-    """clip range of the policy ratio and of the value change."""
+    """clip range of the policy ratio (and of the value change, with clip_value)."""
+    clip_value: bool = True
+    """clip each value's change per update to clip_eps, as GLAM (and CleanRL's clip_vloss) do; false: the plain
+    squared error, which lets the critic move as far as its gradient takes it (README, "The critic")."""
     gamma: float = 0.99
     """discount factor, in [0, 1]."""
     gae_lambda: float = 0.99

@@ -54,6 +54,20 @@ def test_ppo_loss_on_a_hand_computed_minibatch():
     assert out.approx_kl.item() == pytest.approx(((2 - 1) - math.log(2)) / 2)
 
 
+def test_unclipped_value_loss_is_the_plain_squared_error_and_keeps_its_gradient():
+    # V moved 0.5 from V_old = 0.5 towards G = 2: the clipped loss stops the gradient there, the plain one does not
+    values = torch.tensor([1.0], requires_grad=True)
+    args = dict(log_probs=torch.tensor([[0.5, 0.5]]).log(), actions=torch.tensor([0]),
+                old_log_probs=torch.tensor([0.5]).log(), old_values=torch.tensor([0.5]),
+                advantages=torch.tensor([0.0]), returns=torch.tensor([2.0]))
+    clipped = ppo_loss(values=values, cfg=PPOConfig(clip_eps=0.2), **args)
+    assert clipped.value_loss.item() == pytest.approx(1.3 ** 2)
+    assert torch.autograd.grad(clipped.value_loss, values)[0].item() == 0.0
+    plain = ppo_loss(values=values, cfg=PPOConfig(clip_eps=0.2, clip_value=False), **args)
+    assert plain.value_loss.item() == pytest.approx(1.0)
+    assert torch.autograd.grad(plain.value_loss, values)[0].item() == pytest.approx(2 * (1.0 - 2.0))
+
+
 def test_ppo_loss_gradient_pushes_up_advantaged_action():
     logits = torch.zeros(1, 3, requires_grad=True)
     log_probs = logits.log_softmax(1)

@@ -34,7 +34,7 @@ def ppo_loss(
     returns: torch.Tensor,        # (B,) GAE targets
     cfg: PPOConfig,
 ) -> PPOLoss:
-    """PPO's loss on one minibatch, averaged over it (the value loss clipped as GLAM does)."""
+    """PPO's loss on one minibatch, averaged over it (the value loss clipped as GLAM does, unless cfg.clip_value is off)."""
     new_log_probs = log_probs.gather(1, actions[:, None]).squeeze(1)  # (B,)
     log_ratio = new_log_probs - old_log_probs
     ratio = log_ratio.exp()
@@ -43,8 +43,11 @@ def ppo_loss(
     surrogate_clipped = ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * advantages
     policy_loss = -torch.min(surrogate, surrogate_clipped).mean()
 
-    values_clipped = old_values + (values - old_values).clamp(-cfg.clip_eps, cfg.clip_eps)
-    value_loss = torch.max((values - returns) ** 2, (values_clipped - returns) ** 2).mean()
+    value_loss = (values - returns) ** 2
+    if cfg.clip_value:  # pessimistic: a value that moved more than clip_eps from V_old gets no gradient towards G
+        values_clipped = old_values + (values - old_values).clamp(-cfg.clip_eps, cfg.clip_eps)
+        value_loss = torch.max(value_loss, (values_clipped - returns) ** 2)
+    value_loss = value_loss.mean()
 
     entropy = -(log_probs.exp() * log_probs).sum(dim=1).mean()
     loss = policy_loss - cfg.entropy_coef * entropy + cfg.value_coef * value_loss
