@@ -142,6 +142,11 @@ def gather_objects(value: T) -> list[T]:
     return out
 
 
+def gather_lists(items: list[T]) -> list[T]:
+    """Every rank's `items`, concatenated in rank order, on every rank (e.g. the episodes each rank finished)."""
+    return [item for rank_items in gather_objects(items) for item in rank_items]
+
+
 def average(values: torch.Tensor) -> torch.Tensor:
     """The mean over ranks of a float tensor (same shape on every rank)."""
     ranks = current()

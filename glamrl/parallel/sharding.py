@@ -62,13 +62,17 @@ def blocks(model: nn.Module) -> list[nn.Module]:
     return found
 
 
-def shard(policy: nn.Module) -> None:
-    """Shard `policy` (an LLMPolicy, on its device) in place over all ranks: one unit per block, then the root.
+def shard(policy: nn.Module, mode: str = "fsdp") -> None:
+    """With `mode` (run.sharding) fsdp, shard `policy` (an LLMPolicy, on its device) in place over all ranks: one
+    unit per block, then the root; with none, leave it whole. Call it before making the optimizer, whose
+    parameters then are the ranks' shards.
 
     The root is the policy itself, so that its `forward` and `values` (the two entry points of every
     scoring call) gather the root's own weights; tied input and output embeddings stay in that one unit.
     Every rank must hold the same weights before (build them from the same seed).
     """
+    if mode != "fsdp":
+        return
     mesh = init_device_mesh(policy.device.type, (distributed.current().world_size,))
     for block in blocks(policy.llm):
         fully_shard(block, mesh=mesh)
@@ -85,6 +89,22 @@ def is_sharded(module: nn.Module | None) -> bool:
 def full_tensor(tensor: Tensor) -> Tensor:
     """The whole value of a DTensor (e.g. the gradient norm over the shards; a collective), else `tensor`."""
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def replicate(model: nn.Module) -> None:
+    """Start every rank from rank 0's weights: DD-PPO's replicas get rank 0's copy; a sharded model's shards
+    were cut from the same seeded (or restored) weights already."""
+    if not is_sharded(model):
+        distributed.broadcast_parameters(model)
+
+
+def average_and_clip_gradients(model: nn.Module, params: list[nn.Parameter], max_norm: float) -> float:
+    """Average the gradients of `params` over the ranks, clip them to `max_norm` together, and return their
+    norm before clipping. DD-PPO averages here; FSDP reduce-scattered (averaged) the shards' gradients in the
+    backward already, and their norm is taken over all shards."""
+    if not is_sharded(model):
+        distributed.average_gradients(params)
+    return float(full_tensor(torch.nn.utils.clip_grad_norm_(params, max_norm)))
 
 
 @contextmanager
