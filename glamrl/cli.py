@@ -305,17 +305,17 @@ def cmd_demos(args: argparse.Namespace) -> None:
 
 
 def cmd_bc(args: argparse.Namespace) -> None:
-    from glamrl.train.bc import train_bc
     from glamrl.config import load_train_config
-    from glamrl.run.dir import resolve_run_config
     from glamrl.eval.plot import plot_runs
-    from glamrl.run.dir import CURVES_FILE, run_lock
+    from glamrl.run.dir import RunDir
+    from glamrl.train.bc import train_bc
 
     cfg = load_train_config(args.config, args.overrides) if args.config else None
-    with run_lock(args.run_dir):
-        cfg, resume = resolve_run_config(args.run_dir, cfg, args.overrides)
-        result = train_bc(cfg, args.data, args.run_dir, resume=resume, progress=not args.no_progress)
-    png = plot_runs([args.run_dir], args.run_dir / CURVES_FILE, metrics=("loss",))
+    run = RunDir(args.run_dir)
+    with run.lock():
+        cfg, resume = run.resolve_config(cfg, args.overrides)
+        result = train_bc(cfg, args.data, run.path, resume=resume, progress=not args.no_progress)
+    png = plot_runs([run.path], run.curves, metrics=("loss",))
     print(f"cloned for {result.updates} steps ({result.frames} records); logs, checkpoints and {png.name} "
           f"in {args.run_dir}")
 
@@ -331,36 +331,30 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def train_run(args: argparse.Namespace) -> None:
-    from glamrl.parallel import distributed
     from glamrl.config import ConfigError, load_train_config
-    from glamrl.run.dir import resolve_run_config
     from glamrl.eval.plot import plot_runs
-    from glamrl.run.dir import CURVES_FILE, clear_run_dir, run_lock
-    from glamrl.train.common import default_run_dir
-    from glamrl.train.ppo import train
+    from glamrl.parallel import distributed
+    from glamrl.run.dir import RunDir
     from glamrl.train.drrn import train_drrn
+    from glamrl.train.ppo import train
 
     ranks = distributed.current()
     cfg = load_train_config(args.config, args.overrides) if args.config else None
-    run_dir = args.run_dir or (default_run_dir(cfg) if cfg else None)
-    if run_dir is None:
+    if args.run_dir is None and cfg is None:
         raise ConfigError("give --config (a new run) or --run-dir (a run to resume)")
-    if args.overwrite and cfg is None:
-        raise ConfigError("--overwrite starts a run afresh: give its --config")
+    run = RunDir(args.run_dir) if args.run_dir is not None else RunDir.default(cfg)
     with contextlib.ExitStack() as held:
         def claim() -> tuple:  # rank 0 alone locks and reads the run directory; the others get its answer
-            held.enter_context(run_lock(run_dir))
-            if args.overwrite:
-                clear_run_dir(run_dir)
-            return resolve_run_config(run_dir, cfg, args.overrides)
+            held.enter_context(run.lock())
+            return run.resolve_config(cfg, args.overrides, overwrite=args.overwrite)
 
         cfg, resume = distributed.from_main(claim)
         loop = train_drrn if cfg.agent.kind == "drrn" else train  # off-policy DRRN; llm and symbolic: PPO
-        result = loop(cfg, run_dir, resume=resume, progress=not args.no_progress)
+        result = loop(cfg, run.path, resume=resume, progress=not args.no_progress)
         if not ranks.is_main:
             return
-        png = plot_runs([run_dir], run_dir / CURVES_FILE)
-    print(f"trained {result.updates} updates, {result.frames} frames; logs, checkpoints and {png.name} in {run_dir}")
+        png = plot_runs([run.path], run.curves)
+    print(f"trained {result.updates} updates, {result.frames} frames; logs, checkpoints and {png.name} in {run}")
     if result.success_before is not None and result.success_after is not None:
         print(f"success rate: {result.success_before:.3f} before -> {result.success_after:.3f} after")
 
@@ -378,10 +372,11 @@ def cmd_plot(args: argparse.Namespace) -> None:
     check_output(args.out, suffixes=SUFFIXES)
     if args.probes:
         from glamrl.eval.probes import plot_probes
+        from glamrl.run.dir import RunDir
 
-        for run in args.runs:
-            out = args.out if len(args.runs) == 1 else run / "probes.png"
-            print(plot_probes(run, out))
+        for run in map(RunDir, args.runs):
+            out = args.out if len(args.runs) == 1 else run.probes_plot
+            print(plot_probes(run.path, out))
         return
     print(plot_runs(args.runs, args.out))
 

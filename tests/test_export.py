@@ -19,7 +19,7 @@ from glamrl.eval.export import export_run
 from glamrl.llm.exported import HEADS_FILE, MANIFEST_FILE, read_manifest
 from glamrl.llm.policy import LLMPolicy, PolicyStateError
 from glamrl.prompts import PromptHistory
-from glamrl.run.dir import write_config
+from glamrl.run.dir import RunDir
 from glamrl.train.ppo import train
 
 TINY = [
@@ -223,8 +223,8 @@ def test_a_run_continues_from_an_export(exported, tmp_path):
 def test_model_card_describes_the_run(exported):
     run_dir, out = exported["llama-lora"]
     card = (out / "README.md").read_text()
-    state = restore_model(run_dir, device="cpu")[2]
-    assert f"{state['update']} PPO updates, {state['frames']} frames" in card
+    progress = restore_model(run_dir, device="cpu")[2].progress
+    assert f"{progress.update} PPO updates, {progress.frames} frames" in card
     assert "BabyAI-TurnToObject-v0" in card and "Possible action of the agent: turn left" in card
     assert "PeftModel.from_pretrained" in card and "lora: true" in card
 
@@ -247,7 +247,7 @@ def test_export_errors_are_one_line_before_any_write(exported, tmp_path, capsys,
     if case == "no checkpoint":
         run_dir = tmp_path / "fresh-run"
         run_dir.mkdir()
-        write_config(load_train_config(None, TINY), run_dir)
+        RunDir(run_dir).write_config(load_train_config(None, TINY))
     elif case == "unwritable":
         (tmp_path / "file").write_text("")
         out = tmp_path / "file" / "out"

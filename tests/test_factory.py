@@ -48,7 +48,7 @@ def test_npae_trains_and_glamrl_eval_restores_it_from_the_run(tmp_path):
     cfg = load_train_config("configs/npae.yaml", [*TINY_ENV, "model.name=tiny-llama", "model.device=cpu",
                                                   "ppo.total_frames=32", "ppo.num_steps=8", "ppo.minibatch_size=16"])
     train(cfg, run, progress=False, say=lambda _: None)
-    weights = read_run(run, "llm")[1]["policy"]
+    weights = read_run(run, "llm")[1].policy
     assert any(k.startswith("action_heads.") for k in weights)
     done = glamrl("eval", "--run", str(run), "--env", "BabyAI-TurnToObject-v0", "--episodes", "4", "--num-envs", "2")
     assert done.returncode == 0, done.stderr

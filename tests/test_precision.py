@@ -7,7 +7,7 @@ import torch
 import yaml
 
 from glamrl.config import ConfigError, ModelConfig, load_train_config
-from glamrl.run.dir import read_run_config
+from glamrl.run.dir import RunDir
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.llm import precision
 from glamrl.llm.policy import LLMPolicy
@@ -79,7 +79,7 @@ def test_auto_on_a_cpu_without_fast_bf16_runs_float32_says_so_records_it_and_res
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["model"]["compute_dtype"] == "auto"  # the setting, as given
     assert saved["resolved"] == {"model.compute_dtype": "float32", "model.gradient_checkpointing": "true"}
-    assert read_run_config(run).model.compute_dtype == "auto"
+    assert RunDir(run).read_config().model.compute_dtype == "auto"
 
     result = train(load_train_config(run / "config.yaml", ["ppo.total_frames=16"]), run, resume=True,
                    progress=False, say=said.append)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from glamrl.run.checkpoint import checkpoint_dir, load_checkpoint
+from glamrl.run.checkpoint import load_checkpoint
+from glamrl.run.dir import RunDir
 from glamrl.cli import main
 from glamrl.config import ConfigError, load_train_config
 from glamrl.run.log import read_log
@@ -195,11 +196,11 @@ def test_a_checkpoint_write_past_a_file_size_limit_is_one_line_and_keeps_the_che
     else:
         train_drrn(load_train_config(None, DRRN), run, progress=False, say=lambda _: None)
         more = ["train", "--run-dir", run, "drrn.total_frames=64"]
-    saved = checksums(checkpoint_dir(run))
+    saved = checksums(RunDir(run).checkpoints)
     done = glamrl(*more, "--no-progress", max_file_bytes=LIMIT)
-    assert_one_error(done, f"cannot write {checkpoint_dir(run) / 'last.pt'}", "File too large",
+    assert_one_error(done, f"cannot write {RunDir(run).last_checkpoint}", "File too large",
                      "previous checkpoints")
-    assert checksums(checkpoint_dir(run)) == saved and not temporaries(run)
+    assert checksums(RunDir(run).checkpoints) == saved and not temporaries(run)
 
 
 def test_outputs_past_a_file_size_limit_are_one_line_and_leave_no_partial_file(trained, demos, tmp_path):
@@ -380,7 +381,7 @@ def test_an_architecture_change_on_resume_or_init_from_is_one_line(tmp_path, cap
     before = checksums(run)
     field = change.partition("=")[0]
     code, err = run_cli(capsys, "train", "--run-dir", str(run), "--no-progress", change)
-    assert_one_line(code, err, f"checkpoint in {checkpoint_dir(run)}", field)
+    assert_one_line(code, err, f"checkpoint in {RunDir(run).checkpoints}", field)
     assert checksums(run) == before  # config.yaml too: the refused override is not recorded
     if field != "drrn.replay_size":  # the replay memory is not part of the weights a new run starts from
         code, err = run_cli(capsys, "train", "--config", str(config), "--run-dir", str(tmp_path / "new"),

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from glamrl.run.checkpoint import BACKUP, LAST, checkpoint_dir, load_checkpoint
+from glamrl.run.checkpoint import load_checkpoint
 from glamrl.cli import main
 from glamrl.config import load_train_config
-from glamrl.run.dir import run_lock
+from glamrl.run.dir import RunDir
 from glamrl.run.log import read_log
 from glamrl.train.ppo import train
 
@@ -65,7 +65,7 @@ def test_a_second_process_on_a_running_run_is_refused_and_changes_nothing(tmp_pa
     cfg = tiny_config(tmp_path)
     train(load_train_config(cfg, ["ppo.total_frames=8"]), run, progress=False, say=lambda _: None)
     before = snapshot(run)
-    with run_lock(run):  # this process is the training that holds the run
+    with RunDir(run).lock():  # this process is the training that holds the run
         done = glamrl("train", "--config", str(cfg), "--run-dir", str(run), "ppo.total_frames=8")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [done.stderr.strip()]
@@ -114,7 +114,7 @@ def test_a_start_that_fails_leaves_no_config_behind(tmp_path, capsys):
 def test_resuming_from_the_backup_keeps_the_backup(tmp_path):
     run = tmp_path / "run"
     train(load_train_config(None, [*TINY, "ppo.total_frames=16"]), run, progress=False, say=lambda _: None)
-    last, backup = checkpoint_dir(run) / LAST, checkpoint_dir(run) / BACKUP
+    last, backup = RunDir(run).last_checkpoint, RunDir(run).backup_checkpoint
     good_backup = backup.read_bytes()
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # a torn write
 

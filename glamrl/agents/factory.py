@@ -14,18 +14,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from gymnasium.vector import SyncVectorEnv
 from torch import nn
 
 from glamrl.agents.base import Agent
-from glamrl.run.checkpoint import CheckpointError, checkpoint_dir, load_checkpoint, restoring
 from glamrl.config import AGENT_KINDS, TrainConfig
-from glamrl.run.dir import read_run_config
 from glamrl.errors import GlamrlError
-from glamrl.run.dir import CONFIG_FILE
+from glamrl.run.checkpoint import Checkpoint, CheckpointError, restoring
+from glamrl.run.dir import RunDir
 
 TRAINABLE_KINDS = ("llm", "drrn", "symbolic")
 
@@ -34,23 +32,24 @@ class AgentKindError(GlamrlError, ValueError):
     """An agent kind that does not fit: unknown, untrainable, or not the kind of the run given."""
 
 
-def read_run(run_dir: Path, kind: str | None = None) -> tuple[TrainConfig, dict[str, Any]]:
+def read_run(run_dir: Path, kind: str | None = None) -> tuple[TrainConfig, Checkpoint]:
     """A run's config and last checkpoint; `kind`: the agent kind expected (another one is an AgentKindError)."""
-    cfg = read_run_config(run_dir)
+    run = RunDir(run_dir)
+    cfg = run.read_config()
     if cfg is None:
-        raise CheckpointError(f"{run_dir} is not a glamrl run directory (no {CONFIG_FILE}); "
+        raise CheckpointError(f"{run_dir} is not a glamrl run directory (no {run.config.name}); "
                               f"give a directory written by glamrl train")
     if kind is not None and cfg.agent.kind != kind:
         raise AgentKindError(f"{run_dir} is a run of agent kind {cfg.agent.kind!r}, not {kind!r}")
-    state = load_checkpoint(run_dir)
+    state = run.load_checkpoint()
     if state is None:
-        raise CheckpointError(f"{run_dir} has no checkpoint (checkpoints/last.pt); "
+        raise CheckpointError(f"{run_dir} has no checkpoint (no {run.last_checkpoint}); "
                               f"train it first: glamrl train --run-dir {run_dir}")
     return cfg, state
 
 
 def restore_model(run_dir: Path, kind: str | None = None,
-                  device: str | None = None) -> tuple[TrainConfig, nn.Module, dict[str, Any]]:
+                  device: str | None = None) -> tuple[TrainConfig, nn.Module, Checkpoint]:
     """A run's config, its trained network exactly as training left it (in eval mode), and its checkpoint.
 
     `device` overrides the run's model.device (llm runs).
@@ -62,9 +61,10 @@ def restore_model(run_dir: Path, kind: str | None = None,
     cfg = dataclasses.replace(cfg, model=model_cfg, agent=dataclasses.replace(cfg.agent, init_from=None))
     torch.manual_seed(cfg.env.seed)  # untrained weights (tiny models, LoRA bases) drawn as training drew them
     model = make_model(cfg)
-    with restoring(f"the checkpoint in {checkpoint_dir(run_dir)}", state.get("config"), cfg.to_dict(),
-                   f"restore those values in {run_dir / CONFIG_FILE}"):
-        model.load_trainable_state_dict(state["policy"])
+    run = RunDir(run_dir)
+    with restoring(f"the checkpoint in {run.checkpoints}", state.config, cfg.to_dict(),
+                   f"restore those values in {run.config}"):
+        model.load_trainable_state_dict(state.policy)
     return cfg, model.eval(), state
 
 
@@ -96,9 +96,9 @@ def make_model(cfg: TrainConfig, load_init: bool = True) -> nn.Module | None:
             _, state = read_run(Path(cfg.agent.init_from), kind)
         except GlamrlError as err:  # its kind, same message, naming the field that led there
             raise type(err)(f"{source} cannot start this run: {err}") from None
-        with restoring(source, state.get("config"), cfg.to_dict(),
+        with restoring(source, state.config, cfg.to_dict(),
                        "give this run the values of that run, or train it from scratch without agent.init_from"):
-            model.load_trainable_state_dict(state["policy"])
+            model.load_trainable_state_dict(state.policy)
     return model
 
 

@@ -25,7 +25,6 @@ from safetensors.torch import save_file
 
 from glamrl.agents.factory import restore_model
 from glamrl.config import TrainConfig
-from glamrl.run.dir import read_run_config
 from glamrl.errors import GlamrlError
 from glamrl.files import atomic_output
 from glamrl.llm.exported import (
@@ -39,7 +38,8 @@ from glamrl.llm.exported import (
 from glamrl.llm.loading import EMBEDDED_NAME, TINY_NAMES, embedded_smollm2_dir
 from glamrl.llm.policy import LLMPolicy
 from glamrl.prompts import build_prompt
-from glamrl.run.dir import RUN_DATA, check_output
+from glamrl.run.checkpoint import Progress
+from glamrl.run.dir import RUN_DATA, RunDir, check_output
 
 
 class ExportError(GlamrlError, ValueError):
@@ -49,13 +49,13 @@ class ExportError(GlamrlError, ValueError):
 # ----------------------------------------------------------------------- export
 def export_run(run_dir: Path, out: Path, merge_lora: bool = False, overwrite: bool = False) -> PolicyManifest:
     """Write the policy of `run_dir` to `out` (see the module docstring); every check runs before any write."""
-    cfg = read_run_config(run_dir)
+    cfg = RunDir(run_dir).read_config()
     if merge_lora and cfg is not None and not cfg.model.lora:
         raise ExportError(f"--merge-lora applies to LoRA runs; {run_dir} trained all weights (model.lora=false)")
     check_out(out, overwrite)
     cfg, policy, state = restore_model(run_dir, kind="llm", device="cpu")
     with atomic_output(out, directory=True, replace=overwrite) as tmp:
-        manifest = _write(policy, cfg, state, run_dir, out, tmp, merge_lora)
+        manifest = _write(policy, cfg, state.progress, run_dir, out, tmp, merge_lora)
         _readable(tmp)
     return manifest
 
@@ -80,7 +80,7 @@ def _readable(tmp: Path) -> None:
             path.chmod(0o666 & ~umask)
 
 
-def _write(policy: LLMPolicy, cfg: TrainConfig, state: dict[str, Any], run_dir: Path, out: Path, tmp: Path,
+def _write(policy: LLMPolicy, cfg: TrainConfig, progress: Progress, run_dir: Path, out: Path, tmp: Path,
            merge_lora: bool) -> PolicyManifest:
     heads = {f"value_head.{k}": v for k, v in policy.value_head.state_dict().items()}
     if policy.action_heads is not None:
@@ -103,7 +103,7 @@ def _write(policy: LLMPolicy, cfg: TrainConfig, state: dict[str, Any], run_dir: 
 
     manifest = make_manifest(policy, cfg, weights, base)
     (tmp / MANIFEST_FILE).write_text(manifest.to_json())
-    (tmp / "README.md").write_text(model_card(cfg, state, manifest, run_dir, out))  # replaces peft's stub card
+    (tmp / "README.md").write_text(model_card(cfg, progress, manifest, run_dir, out))  # replaces peft's stub card
     return manifest
 
 
@@ -196,12 +196,12 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {minutes} min {secs} s" if hours else f"{minutes} min {secs} s"
 
 
-def _training_section(run_dir: Path, state: dict[str, Any]) -> list[str]:
+def _training_section(run_dir: Path, progress: Progress) -> list[str]:
     from glamrl.run.log import LogNotFoundError, read_log
 
-    lines = [f"- {_count(state['update'], 'PPO update')}, {_count(state['frames'], 'frame')}, "
-             f"{_count(state['episodes'], 'episode')}, wall time {_duration(state['duration'])} "
-             f"({state['duration']:.0f} s, collection and updates together)."]
+    lines = [f"- {_count(progress.update, 'PPO update')}, {_count(progress.frames, 'frame')}, "
+             f"{_count(progress.episodes, 'episode')}, wall time {_duration(progress.duration)} "
+             f"({progress.duration:.0f} s, collection and updates together)."]
     try:
         rows = read_log(run_dir)
     except LogNotFoundError:
@@ -262,7 +262,7 @@ def _load_section(manifest: PolicyManifest, out: Path, env_id: str) -> list[str]
     return code
 
 
-def model_card(cfg: TrainConfig, state: dict[str, Any], manifest: PolicyManifest, run_dir: Path, out: Path) -> str:
+def model_card(cfg: TrainConfig, progress: Progress, manifest: PolicyManifest, run_dir: Path, out: Path) -> str:
     """README.md of an export: what the policy was grounded on, how it was trained and scored, how to load it."""
     library = "peft" if manifest.weights == "adapter" else "transformers"
     weights = {"full": "all weights (full fine-tuning)", "merged": "LoRA adapters merged into the base weights",
@@ -284,7 +284,7 @@ def model_card(cfg: TrainConfig, state: dict[str, Any], manifest: PolicyManifest
         f"{', not pretrained' if not cfg.model.pretrained else ''}).",
         f"- Online PPO (GLAM, ICML 2023): lr {cfg.ppo.lr:g}, {cfg.ppo.epochs} epochs, minibatch "
         f"{cfg.ppo.minibatch_size}, {cfg.ppo.num_steps} frames per env per update.", "",
-        "## Training", "", *_training_section(run_dir, state), "",
+        "## Training", "", *_training_section(run_dir, progress), "",
         "## Evaluation", "", *_evaluation_section(run_dir), "",
         "## Actions and prompt", "",
         f"Actions (in minigrid order 0..5): {', '.join(f'`{a}`' for a in manifest.action_names)}.", "",

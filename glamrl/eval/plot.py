@@ -22,7 +22,7 @@ import yaml  # noqa: E402
 
 from glamrl.config import load_yaml  # noqa: E402
 from glamrl.files import atomic_output  # noqa: E402
-from glamrl.run.dir import CONFIG_FILE  # noqa: E402
+from glamrl.run.dir import RunDir  # noqa: E402
 from glamrl.run.log import read_log  # noqa: E402
 
 GRID_POINTS = 200
@@ -31,7 +31,7 @@ SUFFIXES = (".png", ".pdf", ".svg")  # the figure formats `plot --out` takes
 
 def config_key(run_dir: Path) -> str:
     """The run's config without `env.seed`, as canonical YAML; a run without config.yaml is its own key."""
-    path = run_dir / CONFIG_FILE
+    path = RunDir(run_dir).config
     if not path.exists():
         return f"<no config: {run_dir.resolve()}>"
     config = load_yaml(path)
@@ -42,7 +42,7 @@ def config_key(run_dir: Path) -> str:
 
 def agent_label(run_dir: Path) -> str:
     """What a run trained, for the legend: agent kind (npae for the non-pretrained LLM with heads), model, level."""
-    path = run_dir / CONFIG_FILE
+    path = RunDir(run_dir).config
     if not path.exists():
         return "?"
     config = load_yaml(path)

@@ -28,7 +28,7 @@ from glamrl.config import TrainConfig
 from glamrl.errors import GlamrlError
 from glamrl.files import atomic_output, writing
 from glamrl.prompts import build_prompt
-from glamrl.run.dir import PROBES_FILE
+from glamrl.run.dir import RunDir
 
 COLUMNS = ("update", "frames", "probe", "action", "prob")
 
@@ -74,7 +74,7 @@ class ProbeLog:
 
     def __init__(self, run_dir: Path, probes: Sequence[Probe], action_names: Sequence[str],
                  resume_after_update: int | None = None) -> None:
-        self.path = Path(run_dir) / PROBES_FILE
+        self.path = RunDir(run_dir).probes
         self.probes = list(probes)
         self.action_names = list(action_names)
         kept = []
@@ -116,9 +116,9 @@ def start_probe_log(cfg: TrainConfig, run_dir: Path, policy: torch.nn.Module, pr
 
 def read_probes(run_dir: Path) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
     """{probe: {action: (frames, probabilities)}} from RUN_DIR/probes.csv."""
-    path = Path(run_dir) / PROBES_FILE
+    path = RunDir(run_dir).probes
     if not path.exists():
-        raise ProbeError(f"{run_dir} has no {PROBES_FILE} (train with run.probes=FILE)")
+        raise ProbeError(f"{run_dir} has no {path.name} (train with run.probes=FILE)")
     curves: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
     with open(path, newline="") as f:
         for r in csv.DictReader(f):

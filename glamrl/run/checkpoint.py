@@ -1,6 +1,7 @@
-"""Atomic checkpoints with a backup, and the RNG states that make a resume exact.
+"""Atomic checkpoints with a backup, the one schema every training loop saves, and the RNG states that make a
+resume exact.
 
-Layout: `RUN_DIR/checkpoints/last.pt` is the latest checkpoint, `backup.pt` the one
+Layout (the paths are `RunDir`'s): `RUN_DIR/checkpoints/last.pt` is the latest checkpoint, `backup.pt` the one
 before it. A save never leaves a moment without a complete checkpoint on disk, so a
 kill -9 at any instant is survivable; a load falls back to the backup when the latest
 file is truncated or corrupt.
@@ -8,6 +9,10 @@ file is truncated or corrupt.
 Writes go through the one atomic writer (`glamrl.files.atomic_output`). A checkpoint that
 does not fit the network the config builds (an architecture field changed since it was
 saved) is refused in one line naming the fields that changed (`restoring`).
+
+What a training loop saves is a `Checkpoint` (trainer, progress counters, trainable weights, optimizer,
+RNGs, config, and the loop's own extras), stored as a flat dict. `save_checkpoint` and `load_checkpoint`
+move any such dict; `RunDir.save_checkpoint` / `RunDir.load_checkpoint` move `Checkpoint`s.
 
 Checkpoints are read with `torch.load(weights_only=True)`: a state may hold tensors,
 state dicts and plain Python values (dict, list, tuple, int, float, str, bool, None),
@@ -25,8 +30,9 @@ import zipfile
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -34,9 +40,8 @@ import torch
 from glamrl.config import changed_fields, flatten
 from glamrl.errors import GlamrlError
 from glamrl.files import WriteError, atomic_output
-from glamrl.run.dir import CHECKPOINTS
+from glamrl.run.dir import RunDir
 
-LAST, BACKUP = "last.pt", "backup.pt"
 ARCHITECTURE_SECTIONS = ("model", "prompt", "symbolic", "drrn")
 """Config sections whose fields may shape the saved tensors (named when a checkpoint does not fit)."""
 # Leaf types a weights_only load accepts (with tensors, dict, OrderedDict, list, tuple).
@@ -53,8 +58,58 @@ class CheckpointMismatchError(CheckpointError):
     """A checkpoint whose tensors do not fit the network the config builds."""
 
 
-def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
-    return Path(run_dir) / CHECKPOINTS
+class Progress(NamedTuple):
+    """How far a run has come: what a resumed loop continues from (zeros for a new run)."""
+
+    update: int = 0
+    """PPO updates, DRRN log rows or BC optimizer steps done (the log's `update` column)."""
+    frames: int = 0
+    """frames collected (BC: demonstration records consumed)."""
+    episodes: int = 0
+    """episodes finished in training."""
+    duration: float = 0.0
+    """seconds of training, over every invocation of the run."""
+
+
+_COMMON = ("trainer", *Progress._fields, "policy", "optimizer", "rng", "config")
+
+
+@dataclass
+class Checkpoint:
+    """What every training loop saves, whatever the agent kind, stored as one flat dict (`to_dict`) whose keys
+    are those the loops have always written, so that older checkpoints load (`from_dict`)."""
+
+    trainer: str
+    """the loop that wrote it: ppo, drrn or bc (another loop refuses to resume it)."""
+    progress: Progress
+    policy: dict[str, Any]
+    """the model's trainable state: `trainable_state_dict()`, whole tensors."""
+    optimizer: dict[str, Any]
+    """`optimizer.state_dict()`, whole."""
+    rng: dict[str, Any]
+    """`rng_state()` at the save."""
+    config: dict[str, Any] | None
+    """`TrainConfig.to_dict()` of the run: names the fields that changed when the tensors do not fit."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """the loop's own state: PPO's value_norm; DRRN's target, replay and grad_steps; BC's data."""
+
+    def __post_init__(self) -> None:
+        clash = sorted(set(self.extra) & set(_COMMON))
+        if clash:
+            raise ValueError(f"a checkpoint's extra state may not use the common keys {clash}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trainer": self.trainer, **self.progress._asdict(), "policy": self.policy,
+                "optimizer": self.optimizer, "rng": self.rng, "config": self.config, **self.extra}
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any]) -> Checkpoint:
+        """The checkpoint a loaded dict holds: one written before trainers were recorded is PPO's; BC's once
+        counted no episodes."""
+        return cls(trainer=state.get("trainer", "ppo"),
+                   progress=Progress(state["update"], state["frames"], state.get("episodes", 0), state["duration"]),
+                   policy=state["policy"], optimizer=state["optimizer"], rng=state["rng"], config=state.get("config"),
+                   extra={key: value for key, value in state.items() if key not in _COMMON})
 
 
 def _check_loadable(value: Any, where: str = "state") -> None:
@@ -92,20 +147,20 @@ def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any]) -> Path:
     and CheckpointError if the disk refuses the write (the previous checkpoints are kept).
     """
     _check_loadable(state)
-    directory = checkpoint_dir(run_dir)
-    last = directory / LAST
+    run = RunDir(run_dir)
+    last = run.last_checkpoint
     try:
         with atomic_output(last) as new:
             with open(new, "wb") as f:  # a file object: a failed write surfaces as the OSError behind it
                 torch.save(state, f)
             if _intact(last):
-                with atomic_output(directory / BACKUP) as old:
+                with atomic_output(run.backup_checkpoint) as old:
                     try:
                         os.link(last, old)
                     except OSError:  # filesystem without hard links
                         shutil.copyfile(last, old)
     except WriteError as err:
-        raise CheckpointError(f"{err}; the previous checkpoints in {directory} are kept") from None
+        raise CheckpointError(f"{err}; the previous checkpoints in {run.checkpoints} are kept") from None
     return last
 
 
@@ -128,7 +183,8 @@ def load_checkpoint(run_dir: str | os.PathLike) -> dict[str, Any] | None:
     Returns None when the run has no checkpoint; raises `CheckpointError` when files
     exist but none of them can be read.
     """
-    paths = [checkpoint_dir(run_dir) / name for name in (LAST, BACKUP)]
+    run = RunDir(run_dir)
+    paths = [run.last_checkpoint, run.backup_checkpoint]
     if not any(p.exists() for p in paths):
         return None
     failures = []

@@ -1,25 +1,31 @@
-"""Run directories: what a run owns, one training process at a time, and where outputs may go.
+"""Run directories: `RunDir`, the one owner of a run's paths, its lock, its config and the resume rule.
 
-    with run_lock(run_dir):   # a second process gets RunDirError naming the holder's PID
-        ...train...
+    run = RunDir(run_dir)
+    with run.lock():                                    # a second process gets RunDirError naming the holder's PID
+        cfg, resume = run.resolve_config(cfg, overrides)   # the resume rule (README, "Run directories")
+        ...train: run.load_checkpoint(), run.write_config(cfg), run.open_log(...), run.save_checkpoint(state)...
 
 A run directory holds (the names are defined here and nowhere else):
 
-    config.yaml    the run's config, written first: a directory holding it is a run (`is_run_dir`)
-    log.csv, probes.csv, checkpoints/, tb/, .lock    the run's data (`RUN_DATA`)
+    config.yaml    the run's config, written first: a directory holding it is a run (`RunDir.is_run`)
+    log.csv, probes.csv, checkpoints/ (last.pt, backup.pt), tb/, .lock    the run's data (`RUN_DATA`)
     curves.png     drawn from log.csv at the end of every training command
+    probes.png     `glamrl plot --probes` of several runs (not the run's own: --overwrite keeps it)
 
 The rules that keep them safe, applied by every command:
 - no output of any command is written at or inside the run's data (`check_output`), and a directory
   output replaced as a whole (`glamrl export`) lies neither in a run nor over the current directory;
 - `--overwrite` deletes only what the run wrote (`RUN_FILES`), and refuses a directory that is not a run
-  (`clear_run_dir`); a new run refuses a directory that holds a run's files without being one
-  (`check_new_run_dir`).
+  (`RunDir.clear`); a new run refuses a directory that holds a run's files without being one
+  (`RunDir.check_new`).
 
 The lock is an `fcntl.flock` on `RUN_DIR/.lock`: the kernel drops it when the holder
 dies, so a `kill -9` never leaves a stale lock behind. It is re-entrant within one
 process. Readers (`glamrl eval --run`, `glamrl export`) take no lock. A start that fails
 before its config.yaml is written removes the lock file (and the directory) it created.
+
+This module imports neither torch nor numpy (commands that only check paths import it): `RunDir`'s
+checkpoint and log methods import `glamrl.run.checkpoint` and `glamrl.run.log` when called.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ import inspect
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -40,12 +48,18 @@ from glamrl.config import (RESOLVED, ConfigError, Resolved, TrainConfig, apply_o
 from glamrl.errors import GlamrlError
 from glamrl.files import check_writable_dir, is_temp_of, remove, write_text
 
+if TYPE_CHECKING:
+    from glamrl.run.checkpoint import Checkpoint
+    from glamrl.run.log import RunLogger
+
 CONFIG_FILE = "config.yaml"
 LOG_FILE = "log.csv"
 PROBES_FILE = "probes.csv"
 CHECKPOINTS = "checkpoints"
+LAST_CHECKPOINT, BACKUP_CHECKPOINT = "last.pt", "backup.pt"  # inside CHECKPOINTS
 TB_DIR = "tb"
 CURVES_FILE = "curves.png"
+PROBES_PLOT = "probes.png"
 LOCK_FILE = ".lock"
 RUN_DATA = (CONFIG_FILE, LOG_FILE, PROBES_FILE, CHECKPOINTS, TB_DIR, LOCK_FILE)
 """What a run needs to resume: never an output of another command."""
@@ -63,60 +77,241 @@ class OutputError(GlamrlError, ValueError):
     """An output path that cannot, or must not, be written."""
 
 
-# ------------------------------------------------------------------ what a run owns
-def is_run_dir(path: Path) -> bool:
-    """Whether `path` is a run directory (it holds config.yaml)."""
-    return (Path(path) / CONFIG_FILE).is_file()
+def _listing(entries: Sequence[Path]) -> str:
+    names = sorted(e.name for e in entries)
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
+# ------------------------------------------------------------------ the run directory
+@dataclass(frozen=True)
+class RunDir:
+    """One run directory: every path in it, its lock, its config (and the rule that resumes it), its
+    checkpoints and its log. `RunDir(path)` touches nothing; `path` may not exist yet."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))  # a str, a Path or another RunDir
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    @classmethod
+    def default(cls, cfg: TrainConfig) -> RunDir:
+        """runs/{env}-{model}-seed{seed} (llm) or runs/{env}-{kind}-seed{seed}: the one place run ids are made."""
+        model = Path(cfg.model.name).stem.replace("/", "_") if cfg.agent.kind == "llm" else cfg.agent.kind
+        return cls(Path("runs") / f"{cfg.env.id}-{model}-seed{cfg.env.seed}")
+
+    # -------------------------------------------------------------- its paths
+    @property
+    def config(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def lock_file(self) -> Path:
+        return self.path / LOCK_FILE
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / CHECKPOINTS
+
+    @property
+    def last_checkpoint(self) -> Path:
+        return self.checkpoints / LAST_CHECKPOINT
+
+    @property
+    def backup_checkpoint(self) -> Path:
+        return self.checkpoints / BACKUP_CHECKPOINT
+
+    @property
+    def log(self) -> Path:
+        return self.path / LOG_FILE
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / TB_DIR
+
+    @property
+    def probes(self) -> Path:
+        return self.path / PROBES_FILE
+
+    @property
+    def curves(self) -> Path:
+        return self.path / CURVES_FILE
+
+    @property
+    def probes_plot(self) -> Path:
+        return self.path / PROBES_PLOT
+
+    @property
+    def is_run(self) -> bool:
+        """Whether this is a run directory (it holds config.yaml)."""
+        return self.config.is_file()
+
+    # -------------------------------------------------------------- what it owns
+    def clear(self) -> None:
+        """Delete what the run wrote (for --overwrite); files the run did not write stay.
+
+        A directory that holds files but is not a run is refused with nothing deleted. config.yaml goes
+        last, so that a clear cut short still leaves a run directory. The caller holds the lock.
+        """
+        if not self.path.is_dir():
+            return
+        entries = [e for e in self.path.iterdir() if e.name != LOCK_FILE]
+        if not self.is_run:
+            if entries:
+                raise RunDirError(f"--overwrite deletes a run, but {self} is not a glamrl run directory (no "
+                                  f"{CONFIG_FILE}; it holds {_listing(entries)}); nothing was deleted: choose another "
+                                  f"--run-dir")
+            return
+        owned = [e for e in entries if e.name in RUN_FILES or any(is_temp_of(e.name, f) for f in RUN_FILES)]
+        for entry in sorted(owned, key=lambda e: e.name == CONFIG_FILE):
+            remove(entry)
+
+    def check_new(self) -> None:
+        """Refuse to start a run in a directory that holds a run's files (log.csv, checkpoints/, ...) but no config.yaml."""
+        if not self.path.is_dir() or self.is_run:
+            return
+        clashes = [e for e in self.path.iterdir() if e.name in RUN_FILES and e.name != LOCK_FILE]
+        if clashes:
+            raise RunDirError(f"{self} holds {_listing(clashes)} but no {CONFIG_FILE}: it is not a run glamrl can "
+                              f"resume, and a new run would overwrite them; move them away or choose another --run-dir")
+
+    # -------------------------------------------------------------- one process per run
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold an exclusive lock on the run directory (created if needed) for the duration of the block."""
+        key = self.path.resolve()
+        if key in _held:
+            _held[key] += 1
+            try:
+                yield
+            finally:
+                _held[key] -= 1
+            return
+        reason = check_writable_dir(self.path)
+        if reason is not None:
+            raise RunDirError(f"--run-dir {self}: {reason}")
+        owner = run_data_at(self.path)
+        if owner is not None:
+            raise RunDirError(f"--run-dir {self} is inside {owner[1]} of the run directory {owner[0]}; "
+                              f"choose a directory outside it")
+        created = not self.path.exists()
+        lock = self.lock_file
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            created_lock = not lock.exists()
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise RunDirError(f"cannot use --run-dir {self}: {err.strerror or err}") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                created = created_lock = False  # the holder's
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                raise RunDirError(f"{self} is in use by another glamrl process (PID {holder}); "
+                                  f"wait for it to finish or use another --run-dir") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            _held[key] = 1
+            yield
+        finally:
+            _held.pop(key, None)
+            if created_lock and self.path.is_dir() and not self.is_run:  # a start that failed: leave no trace
+                lock.unlink(missing_ok=True)
+                if created and not any(self.path.iterdir()):
+                    self.path.rmdir()
+            os.close(fd)  # closing the descriptor releases the lock
+
+    # -------------------------------------------------------------- its config and the resume rule
+    # The rule (the README's table under "Run directories"):
+    # - --overwrite (with --config): delete what the run wrote (`clear`), then a new run;
+    # - no config.yaml: a new run, and --config is needed (a directory holding a run's other files without
+    #   config.yaml is refused: `check_new`);
+    # - config.yaml present, no --config: resume it; dotted overrides (e.g. ppo.total_frames=... to extend
+    #   the run) apply on top and are recorded in config.yaml once the checkpoint was restored;
+    # - config.yaml present and --config given: resume only if both give the same config, else refuse and
+    #   say how to resume or start afresh (--overwrite, or another --run-dir).
+    def read_config(self, overrides: Sequence[str] = ()) -> TrainConfig | None:
+        """RUN_DIR/config.yaml with `overrides` applied, or None when the run has no config."""
+        if not self.config.exists():
+            return None
+        try:
+            return from_dict(TrainConfig, apply_overrides(without_resolved(load_yaml(self.config)), overrides))
+        except ConfigError as err:
+            raise ConfigError(f"{err} (in the run's saved config {self.config}; fix it or start afresh with "
+                              f"--overwrite)") from None
+
+    def resolve_config(self, cfg: TrainConfig | None, overrides: Sequence[str] = (),
+                       overwrite: bool = False) -> tuple[TrainConfig, bool]:
+        """The config a training command on this run directory runs, and whether it resumes a run (the rule
+        above). `cfg`: the --config file with the overrides, None without --config. The caller holds the lock."""
+        if overwrite:
+            if cfg is None:
+                raise ConfigError("--overwrite starts a run afresh: give its --config")
+            self.clear()
+        saved = self.read_config(overrides)
+        if saved is None:
+            if cfg is None:
+                raise ConfigError(f"{self} holds no run to resume (no {CONFIG_FILE}); start one with --config FILE")
+            self.check_new()
+            return cfg, False
+        if cfg is not None and cfg != saved:
+            changed = changed_fields(saved.to_dict(), cfg.to_dict())
+            raise ConfigError(
+                f"{self} already holds a run with another config ({', '.join(changed[:3])} differ); resume it with "
+                f"'glamrl train --run-dir {self}' (plus overrides such as ppo.total_frames=N), or start afresh "
+                f"with another --run-dir or --overwrite")
+        return saved, True
+
+    def write_config(self, cfg: TrainConfig, resolved: Mapping[str, Resolved] | None = None) -> None:
+        """RUN_DIR/config.yaml, written atomically: `cfg`, then the `resolved` record (setting -> value) if any."""
+        text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+        if resolved:
+            text += (f"# {RESOLVED}: what the settings above became on the machine that last started this run "
+                     f"(a record, not read back)\n")
+            text += yaml.safe_dump({RESOLVED: {key: r.value for key, r in resolved.items()}}, sort_keys=False)
+        write_text(self.config, text)
+
+    # -------------------------------------------------------------- its checkpoints and log
+    def save_checkpoint(self, state: Checkpoint) -> Path:
+        """Write `state` as checkpoints/last.pt, atomically; the previous one becomes backup.pt."""
+        from glamrl.run.checkpoint import save_checkpoint
+
+        return save_checkpoint(self, state.to_dict())
+
+    def load_checkpoint(self) -> Checkpoint | None:
+        """The latest readable checkpoint (last.pt, else backup.pt), None when the run has none."""
+        from glamrl.run.checkpoint import Checkpoint, load_checkpoint
+
+        state = load_checkpoint(self)
+        return None if state is None else Checkpoint.from_dict(state)
+
+    def open_log(self, resume_after_update: int | None = None, tensorboard: bool = True) -> RunLogger:
+        """log.csv (and tb/), cut back to `resume_after_update` when resuming, else started afresh."""
+        from glamrl.run.log import RunLogger
+
+        return RunLogger(self, resume_after_update, tensorboard)
+
+
+# ------------------------------------------------------------------ finding runs from any path
 def enclosing_run(path: Path) -> Path | None:
     """The run directory that `path` is or lies inside (the nearest), or None."""
     resolved = Path(path).resolve()
-    return next((d for d in [resolved, *resolved.parents] if is_run_dir(d)), None)
+    return next((d for d in [resolved, *resolved.parents] if RunDir(d).is_run), None)
 
 
 def run_data_at(path: Path) -> tuple[Path, str] | None:
     """(run directory, entry of `RUN_DATA`) when `path` is one of a run's data entries or lies inside one."""
     resolved = Path(path).resolve()
     for run in resolved.parents:
-        if is_run_dir(run) and resolved.relative_to(run).parts[0] in RUN_DATA:
+        if RunDir(run).is_run and resolved.relative_to(run).parts[0] in RUN_DATA:
             return run, resolved.relative_to(run).parts[0]
     return None
-
-
-def _listing(entries: Sequence[Path]) -> str:
-    names = sorted(e.name for e in entries)
-    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-
-
-def clear_run_dir(run_dir: Path) -> None:
-    """Delete what a run wrote in `run_dir` (for --overwrite); files the run did not write stay.
-
-    A directory that holds files but is not a run is refused with nothing deleted. config.yaml goes
-    last, so that a clear cut short still leaves a run directory. The caller holds the lock.
-    """
-    if not run_dir.is_dir():
-        return
-    entries = [e for e in run_dir.iterdir() if e.name != LOCK_FILE]
-    if not is_run_dir(run_dir):
-        if entries:
-            raise RunDirError(f"--overwrite deletes a run, but {run_dir} is not a glamrl run directory (no "
-                              f"{CONFIG_FILE}; it holds {_listing(entries)}); nothing was deleted: choose another "
-                              f"--run-dir")
-        return
-    owned = [e for e in entries if e.name in RUN_FILES or any(is_temp_of(e.name, f) for f in RUN_FILES)]
-    for entry in sorted(owned, key=lambda e: e.name == CONFIG_FILE):
-        remove(entry)
-
-
-def check_new_run_dir(run_dir: Path) -> None:
-    """Refuse to start a run in a directory that holds a run's files (log.csv, checkpoints/, ...) but no config.yaml."""
-    if not run_dir.is_dir() or is_run_dir(run_dir):
-        return
-    clashes = [e for e in run_dir.iterdir() if e.name in RUN_FILES and e.name != LOCK_FILE]
-    if clashes:
-        raise RunDirError(f"{run_dir} holds {_listing(clashes)} but no {CONFIG_FILE}: it is not a run glamrl can "
-                          f"resume, and a new run would overwrite them; move them away or choose another --run-dir")
 
 
 # ------------------------------------------------------------------ where outputs may go
@@ -156,52 +351,15 @@ def check_output(path: Path, what: str = "--out", suffixes: Sequence[str] = (), 
     return path
 
 
-# ------------------------------------------------------------------ one process per run
-@contextmanager
-def run_lock(run_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `run_dir` (created if needed) for the duration of the block."""
-    key = run_dir.resolve()
-    if key in _held:
-        _held[key] += 1
-        try:
-            yield
-        finally:
-            _held[key] -= 1
-        return
-    reason = check_writable_dir(run_dir)
-    if reason is not None:
-        raise RunDirError(f"--run-dir {run_dir}: {reason}")
-    owner = run_data_at(run_dir)
-    if owner is not None:
-        raise RunDirError(f"--run-dir {run_dir} is inside {owner[1]} of the run directory {owner[0]}; "
-                          f"choose a directory outside it")
-    created = not run_dir.exists()
-    lock = run_dir / LOCK_FILE
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        created_lock = not lock.exists()
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as err:
-        raise RunDirError(f"cannot use --run-dir {run_dir}: {err.strerror or err}") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            created = created_lock = False  # the holder's
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise RunDirError(f"{run_dir} is in use by another glamrl process (PID {holder}); "
-                              f"wait for it to finish or use another --run-dir") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        _held[key] = 1
-        yield
-    finally:
-        _held.pop(key, None)
-        if created_lock and run_dir.is_dir() and not is_run_dir(run_dir):  # a start that failed: leave no trace
-            lock.unlink(missing_ok=True)
-            if created and not any(run_dir.iterdir()):
-                run_dir.rmdir()
-        os.close(fd)  # closing the descriptor releases the lock
+# ------------------------------------------------------------------ the lock and the rule, for callers with a path
+def run_lock(run_dir: Path) -> contextlib.AbstractContextManager[None]:
+    """`RunDir(run_dir).lock()`, for scripts that hold a path (benchmarks/baselines.py)."""
+    return RunDir(run_dir).lock()
+
+
+def resolve_run_config(run_dir: Path, cfg: TrainConfig | None, overrides: Sequence[str] = ()) -> tuple[TrainConfig, bool]:
+    """`RunDir(run_dir).resolve_config(cfg, overrides)`, for scripts that hold a path (benchmarks/baselines.py)."""
+    return RunDir(run_dir).resolve_config(cfg, overrides)
 
 
 def holds_run_lock(loop: Callable) -> Callable:
@@ -212,54 +370,7 @@ def holds_run_lock(loop: Callable) -> Callable:
     def locked(*args, **kwargs):
         from glamrl.parallel import distributed  # torch: not imported by commands that only check paths
 
-        run_dir = signature.bind(*args, **kwargs).arguments["run_dir"]
-        with run_lock(run_dir) if distributed.current().is_main else contextlib.nullcontext():
+        run = RunDir(signature.bind(*args, **kwargs).arguments["run_dir"])
+        with run.lock() if distributed.current().is_main else contextlib.nullcontext():
             return loop(*args, **kwargs)
     return locked
-
-
-# ------------------------------------------------------------------ the run's config
-# A run directory keeps the config it was started with, in RUN_DIR/config.yaml. The rule:
-# - no config.yaml in RUN_DIR: a new run, and --config is needed (a directory holding a run's other
-#   files without config.yaml is refused: see glamrl.run.dir);
-# - config.yaml present, no --config: resume it; dotted overrides (e.g. ppo.total_frames=...
-#   to extend the run) apply on top and are recorded in config.yaml;
-# - config.yaml present and --config given: resume only if both give the same config,
-#   else refuse and say how to resume or start afresh (--overwrite, or another --run-dir).
-
-def read_run_config(run_dir: Path, overrides: Sequence[str] = ()) -> TrainConfig | None:
-    """RUN_DIR/config.yaml with `overrides` applied, or None when the run has no config."""
-    path = run_dir / CONFIG_FILE
-    if not path.exists():
-        return None
-    try:
-        return from_dict(TrainConfig, apply_overrides(without_resolved(load_yaml(path)), overrides))
-    except ConfigError as err:
-        raise ConfigError(f"{err} (in the run's saved config {path}; fix it or start afresh with --overwrite)") from None
-
-
-def resolve_run_config(run_dir: Path, cfg: TrainConfig | None, overrides: Sequence[str] = ()) -> tuple[TrainConfig, bool]:
-    """The config a `glamrl train` on `run_dir` runs, and whether it resumes a run (see the rule above)."""
-    saved = read_run_config(run_dir, overrides)
-    if saved is None:
-        if cfg is None:
-            raise ConfigError(f"{run_dir} holds no run to resume (no {CONFIG_FILE}); start one with --config FILE")
-        check_new_run_dir(run_dir)
-        return cfg, False
-    if cfg is not None and cfg != saved:
-        changed = changed_fields(saved.to_dict(), cfg.to_dict())
-        raise ConfigError(
-            f"{run_dir} already holds a run with another config ({', '.join(changed[:3])} differ); resume it with "
-            f"'glamrl train --run-dir {run_dir}' (plus overrides such as ppo.total_frames=N), or start afresh "
-            f"with another --run-dir or --overwrite")
-    return saved, True
-
-
-def write_config(cfg: TrainConfig, run_dir: Path, resolved: Mapping[str, Resolved] | None = None) -> None:
-    """RUN_DIR/config.yaml, written atomically: `cfg`, then the `resolved` record (setting -> value) if any."""
-    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
-    if resolved:
-        text += (f"# {RESOLVED}: what the settings above became on the machine that last started this run "
-                 f"(a record, not read back)\n")
-        text += yaml.safe_dump({RESOLVED: {key: r.value for key, r in resolved.items()}}, sort_keys=False)
-    write_text(run_dir / CONFIG_FILE, text)

@@ -18,7 +18,7 @@ import numpy as np
 
 from glamrl.errors import GlamrlError
 from glamrl.files import atomic_output, writing
-from glamrl.run.dir import LOG_FILE, TB_DIR
+from glamrl.run.dir import RunDir
 
 CSV_COLUMNS = (
     "update", "episodes", "frames", "FPS", "duration",
@@ -77,9 +77,9 @@ class RunLogger:
 
     def __init__(self, run_dir: str | os.PathLike, resume_after_update: int | None = None,
                  tensorboard: bool = True) -> None:
-        self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.run_dir / LOG_FILE
+        run = RunDir(run_dir)
+        run.path.mkdir(parents=True, exist_ok=True)
+        self.path = run.log
         kept = []
         if resume_after_update is not None and self.path.exists():
             kept = _truncate(self.path, resume_after_update)
@@ -95,7 +95,7 @@ class RunLogger:
 
             # Hide TensorBoard points logged after the checkpoint by the run being resumed.
             purge_step = int(float(kept[-1]["frames"])) + 1 if kept and kept[-1].get("frames") else None
-            self._tb = SummaryWriter(str(self.run_dir / TB_DIR), purge_step=purge_step)
+            self._tb = SummaryWriter(str(run.tensorboard), purge_step=purge_step)
 
     def log(self, metrics: dict[str, Any]) -> None:
         """Write one update's metrics (None or NaN values are left empty / not plotted)."""
@@ -132,7 +132,7 @@ def _missing(value: Any) -> bool:
 
 def read_log(run_dir: str | os.PathLike) -> list[dict[str, float]]:
     """Rows of RUN_DIR/log.csv as floats; empty cells become NaN. `LogFormatError` names a bad cell's line."""
-    path = Path(run_dir) / LOG_FILE
+    path = RunDir(run_dir).log
     if not path.exists():
         raise LogNotFoundError(f"no log.csv in {run_dir}: is it a glamrl run directory, and has it logged an update?")
     rows = []

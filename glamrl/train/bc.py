@@ -28,13 +28,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from glamrl.parallel import sharding
 from glamrl.agents.factory import AgentKindError, make_model
-from glamrl.run.checkpoint import rng_state, save_checkpoint
 from glamrl.config import TrainConfig
 from glamrl.eval.demos import DemoFileError, read_demos
+from glamrl.run.checkpoint import Progress
 from glamrl.run.dir import holds_run_lock
-from glamrl.train.common import TrainResult, open_logger, open_run, record_config, report_success, restore_training
+from glamrl.train.common import TrainResult, open_session
 
 
 def data_identity(data: Path, records: int) -> dict[str, Any]:
@@ -72,32 +71,25 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
     """Clone the demonstrations of `data` into the LLM policy `cfg` describes (or resume RUN_DIR)."""
     if cfg.agent.kind != "llm":
         raise AgentKindError(f"behavioural cloning trains agent kind 'llm', not {cfg.agent.kind!r}")
-    sharding.check_launch(cfg.run.sharding)
     records = read_demos(data, cfg.prompt.actions)
     prompts = [r["prompt"] for r in records]
     actions = torch.tensor([r["action_index"] for r in records])                    # (R,)
     demos = data_identity(data, len(records))
-    state = open_run(cfg, run_dir, resume, "bc")
-    if state is not None:
-        check_same_data(run_dir, state.get("data"), demos)
+    session = open_session(cfg, run_dir, resume, "bc", progress, say)
+    if session.resumed is not None:
+        check_same_data(session.run.path, session.resumed.extra.get("data"), demos)
     b = cfg.bc
     steps_per_epoch = math.ceil(len(records) / b.batch_size)
     total_steps = b.epochs * steps_per_epoch
 
     # ---- model, optimizer; the config is recorded once the model could be built (and restored)
-    policy = make_model(cfg, load_init=state is None)
+    policy = make_model(cfg, load_init=session.resumed is None)
     params = [w for w in policy.parameters() if w.requires_grad]
     optimizer = torch.optim.Adam(params, lr=b.lr)
-    update, frames, duration = 0, 0, 0.0
-    if state is not None:
-        restore_training(cfg, run_dir, state, policy, optimizer)
-        update, frames, duration = state["update"], state["frames"], state["duration"]
-        say(f"resuming {run_dir} after step {update}")
-    record_config(cfg, run_dir, policy, say)  # once the model could be built and restored
+    update, frames, _, duration = session.restore(policy, optimizer)
 
-    success_before = report_success(cfg, policy, "before cloning", say) if state is None else None
-    logger = open_logger(cfg, run_dir, state)
-    bar = tqdm(total=total_steps, initial=update, unit="step", disable=not progress)
+    success_before = session.begin(policy, "before cloning")
+    bar = tqdm(total=total_steps, initial=update, unit="step", disable=not session.progress)
     start_time, row_start, losses, grad_norms = time.time() - duration, time.time(), [], []
     while update < total_steps:
         # ---- 1. the next minibatch: epoch e visits the records in a permutation fixed by (seed, e)
@@ -123,15 +115,10 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
                        "FPS": len(losses) * b.batch_size / (time.time() - row_start),
                        "duration": time.time() - start_time,
                        "loss": float(np.mean(losses)), "grad_norm": float(np.mean(grad_norms))}
-            logger.log(metrics)
-            save_checkpoint(run_dir, {
-                "trainer": "bc", "policy": policy.trainable_state_dict(), "optimizer": optimizer.state_dict(),
-                "rng": rng_state(), "update": update, "frames": frames, "data": demos,
-                "duration": metrics["duration"], "config": cfg.to_dict(),
-            })
+            session.log(metrics)
+            session.save(policy, optimizer, Progress(update, frames, 0, metrics["duration"]), extra={"data": demos})
             bar.set_postfix(loss=f"{metrics['loss']:.3f}")
             row_start, losses, grad_norms = time.time(), [], []
     bar.close()
-    logger.close()
 
-    return TrainResult(run_dir, update, frames, success_before, report_success(cfg, policy, "after cloning", say))
+    return session.finish(policy, update, frames, success_before, "after cloning")

@@ -1,9 +1,24 @@
-"""What the training loops share (PPO, DRRN, behavioural cloning): open or resume a run, record its config,
-restore a checkpoint into the model and optimizer, open the log, evaluate before and after.
+"""What the training loops share (PPO, DRRN, behavioural cloning): a `Session` on the run directory, from
+opening or resuming the run to its last checkpoint, and the evaluation before and after.
 
-Each loop (`glamrl/train/ppo.py`, `drrn.py`, `bc.py`) reads top to bottom as its own algorithm and calls
-these in the same order: `open_run` → build envs, model, optimizer → `restore_training` (resuming) →
-`record_config` → `report_success` ("before") → `open_logger` → its loop → `report_success` ("after").
+Each loop (`glamrl/train/ppo.py`, `drrn.py`, `bc.py`) reads top to bottom as its own algorithm and goes
+through its session in the same order:
+
+    session = open_session(cfg, run_dir, resume, "ppo", progress, say)   # seeded; resuming: the checkpoint read
+    ...envs, model, optimizer...
+    update, frames, episodes, duration = session.restore(model, optimizer)   # zeros for a new run
+    ...the loop's own state from session.resumed.extra, inside `with session.restoring():`...
+    success_before = session.begin(model)   # config.yaml recorded, a new run evaluated, the log opened
+    while ...:
+        ...
+        session.log(metrics)
+        session.save(model, optimizer, Progress(update, frames, episodes, duration), extra={...})
+    return session.finish(model, update, frames, success_before)   # the log closed, the run evaluated
+
+The config is recorded only once the envs and the model could be built and the checkpoint restored into
+them: a start that fails leaves the run directory as it was. Under torchrun rank 0 alone reads and writes
+the run directory: the other ranks receive its checkpoint (or its refusal), stay silent, and take part in
+`save` only to gather a sharded state.
 """
 
 from __future__ import annotations
@@ -23,11 +38,16 @@ from glamrl.config import TrainConfig
 from glamrl.errors import GlamrlError
 from glamrl.parallel import distributed, sharding
 from glamrl.rollout import run_episodes, summarize
-from glamrl.run.checkpoint import checkpoint_dir, load_checkpoint, restoring, set_rng_state
-from glamrl.run.dir import write_config
+from glamrl.run import checkpoint
+from glamrl.run.checkpoint import Checkpoint, Progress, rng_state, set_rng_state
+from glamrl.run.dir import RunDir
 from glamrl.run.log import RunLogger
 
 EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training ones
+TRAINERS = {"ppo": "update", "drrn": "row", "bc": "step"}
+"""The training loops (a checkpoint's `trainer`), and what one row of each one's log counts."""
+
+
 @dataclass
 class TrainResult:
     run_dir: Path
@@ -37,10 +57,8 @@ class TrainResult:
     success_after: float | None
 
 
-def default_run_dir(cfg: TrainConfig) -> Path:
-    """runs/{env}-{model}-seed{seed} (llm) or runs/{env}-{kind}-seed{seed}: the one place run ids are made."""
-    model = Path(cfg.model.name).stem.replace("/", "_") if cfg.agent.kind == "llm" else cfg.agent.kind
-    return Path("runs") / f"{cfg.env.id}-{model}-seed{cfg.env.seed}"
+class TrainerMismatchError(GlamrlError, ValueError):
+    """A run directory resumed by another training loop than the one that wrote it."""
 
 
 def seed_everything(seed: int) -> None:
@@ -49,54 +67,107 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-class TrainerMismatchError(GlamrlError, ValueError):
-    """A run directory resumed by another training loop than the one that wrote it."""
+@dataclass
+class Session:
+    """One training loop's hold on its run directory (see the module docstring). Made by `open_session`."""
+
+    cfg: TrainConfig
+    run: RunDir
+    trainer: str
+    """the loop: a key of `TRAINERS`."""
+    resumed: Checkpoint | None
+    """the checkpoint being resumed; None for a new run."""
+    say: Callable[[str], None]
+    """prints on rank 0, silent on the other ranks."""
+    progress: bool
+    """whether to draw a progress bar (rank 0 only)."""
+    logger: RunLogger | None = None
+    """the run's log, from `begin` (rank 0 only)."""
+
+    @property
+    def is_main(self) -> bool:
+        return distributed.current().is_main
+
+    @property
+    def resumed_update(self) -> int | None:
+        """The update of the checkpoint being resumed (what the run's logs are cut back to); None for a new run."""
+        return None if self.resumed is None else self.resumed.progress.update
+
+    def restoring(self) -> contextlib.AbstractContextManager:
+        """A block whose loads from the resumed checkpoint become one error line when they do not fit the config."""
+        return checkpoint.restoring(f"the checkpoint in {self.run.checkpoints}", self.resumed.config, self.cfg.to_dict(),
+                                    "resume with the values it was saved with, or start afresh with --overwrite or "
+                                    "another --run-dir")
+
+    def restore(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Progress:
+        """Resuming: load the checkpoint's trainable weights, optimizer and RNG states into `model` and
+        `optimizer`. Returns the progress to continue from (zeros for a new run)."""
+        if self.resumed is None:
+            return Progress()
+        with self.restoring():
+            sharding.load_state(model, optimizer, self.resumed.policy, self.resumed.optimizer)
+        set_rng_state(self.resumed.rng)
+        return self.resumed.progress
+
+    def begin(self, model: torch.nn.Module, when: str = "before training") -> float | None:
+        """Once everything is built and restored: say where a resumed run continues; record config.yaml, with
+        what the model's `auto` settings became on this machine (an LLM policy's `resolved`, said aloud);
+        evaluate a new run's model; open the log. Returns the success rate `when` (None when resuming, or
+        with no evaluation episodes)."""
+        if self.resumed is not None:
+            done = self.resumed.progress
+            self.say(f"resuming {self.run} after {TRAINERS[self.trainer]} {done.update} ({done.frames} frames)")
+        if self.is_main:
+            resolved = getattr(model, "resolved", {})
+            for key, r in resolved.items():
+                self.say(f"{key}: {r.value} ({r.why})")
+            self.run.write_config(self.cfg, resolved)
+        success = report_success(self.cfg, model, when, self.say) if self.resumed is None else None
+        if self.is_main:
+            self.logger = self.run.open_log(self.resumed_update, tensorboard=self.cfg.run.tensorboard)
+        return success
+
+    def log(self, metrics: dict[str, Any]) -> None:
+        """One row of the run's log (rank 0)."""
+        if self.logger is not None:
+            self.logger.log(metrics)
+
+    def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, progress: Progress,
+             extra: dict[str, Any] | None = None) -> None:
+        """Checkpoint the run: the common state, plus the loop's `extra`. Every rank calls it: a sharded state is
+        gathered onto rank 0, which writes it."""
+        policy_state, optimizer_state = sharding.full_state(model, optimizer)
+        if self.is_main:
+            self.run.save_checkpoint(Checkpoint(self.trainer, progress, policy_state, optimizer_state, rng_state(),
+                                                self.cfg.to_dict(), extra or {}))
+
+    def finish(self, model: torch.nn.Module, updates: int, frames: int, success_before: float | None,
+               when: str = "after training") -> TrainResult:
+        """Close the log and evaluate the trained model."""
+        if self.logger is not None:
+            self.logger.close()
+        return TrainResult(self.run.path, updates, frames, success_before,
+                           report_success(self.cfg, model, when, self.say))
 
 
-def open_run(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str) -> dict[str, Any] | None:
-    """Seed everything and, resuming, return RUN_DIR's last checkpoint (None for a new run).
+def open_session(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str, progress: bool = True,
+                 say: Callable[[str], None] = print) -> Session:
+    """Check the launch, read RUN_DIR's last checkpoint when resuming, and seed everything.
 
-    `trainer` (ppo, drrn, bc) must be the loop that wrote the checkpoint, stored under "trainer"
-    in it. Under torchrun rank 0 reads the checkpoint and the other ranks receive it (or its refusal).
-    The config is written by the loop once its envs and model could be built and the checkpoint
-    restored into them (`record_config`): a start that fails leaves the run directory as it was.
+    `trainer` (a key of `TRAINERS`) must be the loop that wrote the checkpoint. Under torchrun rank 0 reads
+    the checkpoint and the other ranks receive it (or its refusal); only rank 0 speaks and draws progress.
     """
-    state = distributed.from_main(lambda: load_checkpoint(run_dir) if resume else None)
-    if state is not None and state.get("trainer", "ppo") != trainer:
+    sharding.check_launch(cfg.run.sharding)
+    if not distributed.current().is_main:
+        progress, say = False, lambda _: None
+    run = RunDir(run_dir)
+    state = distributed.from_main(lambda: run.load_checkpoint() if resume else None)
+    if state is not None and state.trainer != trainer:
         raise TrainerMismatchError(
-            f"{run_dir} was trained by {state.get('trainer', 'ppo')}, not {trainer}: start a new run from it "
-            f"with agent.init_from={run_dir} and another --run-dir")
+            f"{run} was trained by {state.trainer}, not {trainer}: start a new run from it "
+            f"with agent.init_from={run} and another --run-dir")
     seed_everything(cfg.env.seed)  # the same initial weights on every rank
-    return state
-
-
-def resuming_from(cfg: TrainConfig, run_dir: Path, state: dict[str, Any]) -> contextlib.AbstractContextManager:
-    """A block whose loads from RUN_DIR's checkpoint `state` become one error line when they do not fit `cfg`."""
-    return restoring(f"the checkpoint in {checkpoint_dir(run_dir)}", state.get("config"), cfg.to_dict(),
-                     "resume with the values it was saved with, or start afresh with --overwrite or another --run-dir")
-
-
-def record_config(cfg: TrainConfig, run_dir: Path, model: torch.nn.Module | None, say: Callable[[str], None]) -> None:
-    """Write RUN_DIR/config.yaml once the envs and model could be built (and restored), with what the model's
-    `auto` settings became on this machine (an LLM policy's `resolved`), and say those."""
-    resolved = getattr(model, "resolved", {})
-    for key, r in resolved.items():
-        say(f"{key}: {r.value} ({r.why})")
-    write_config(cfg, run_dir, resolved)
-
-
-def restore_training(cfg: TrainConfig, run_dir: Path, state: dict[str, Any], model: torch.nn.Module,
-                     optimizer: torch.optim.Optimizer) -> None:
-    """Load a checkpoint's trained weights, optimizer and RNG states (every training loop stores these three)."""
-    with resuming_from(cfg, run_dir, state):
-        sharding.load_state(model, optimizer, state["policy"], state["optimizer"])
-    set_rng_state(state["rng"])
-
-
-def open_logger(cfg: TrainConfig, run_dir: Path, state: dict[str, Any] | None) -> RunLogger:
-    """RUN_DIR's log, cut back to the checkpoint being resumed (`state`) or started afresh."""
-    return RunLogger(run_dir, resume_after_update=state["update"] if state is not None else None,
-                     tensorboard=cfg.run.tensorboard)
+    return Session(cfg, run, trainer, state, say, progress)
 
 
 def report_success(cfg: TrainConfig, model: torch.nn.Module, when: str, say: Callable[[str], None]) -> float | None:
@@ -122,4 +193,4 @@ def evaluate_policy(cfg: TrainConfig, policy: torch.nn.Module) -> dict[str, Any]
             results = run_episodes(envs, agent, share, seed=seed)
     finally:
         envs.close()
-    return summarize([e for rank_results in distributed.gather_objects(results) for e in rank_results])
+    return summarize(distributed.gather_lists(results))

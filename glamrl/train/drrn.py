@@ -28,14 +28,14 @@ from tqdm import tqdm
 
 from glamrl.agents.drrn import DRRNAgent, DRRNetwork, Exploration
 from glamrl.agents.factory import AgentKindError, make_agent, make_model
-from glamrl.run.checkpoint import rng_state, save_checkpoint
 from glamrl.config import DRRNConfig, TrainConfig
 from glamrl.rl.dqn import double_q_loss, linear_epsilon
 from glamrl.rl.replay import ReplayMemory
 from glamrl.rollout import step
+from glamrl.run.checkpoint import Progress
 from glamrl.run.dir import holds_run_lock
 from glamrl.run.log import episode_stats
-from glamrl.train.common import TrainResult, open_logger, open_run, record_config, report_success, restore_training, resuming_from
+from glamrl.train.common import TrainResult, open_session
 
 
 def q_learning_step(network: DRRNetwork, target: DRRNetwork, action_ids: torch.Tensor,
@@ -69,34 +69,30 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
     """Train (or resume, from RUN_DIR's last checkpoint) the DRRN agent `cfg` describes."""
     if cfg.agent.kind != "drrn":
         raise AgentKindError(f"train_drrn trains agent kind 'drrn', not {cfg.agent.kind!r}")
-    state = open_run(cfg, run_dir, resume, "drrn")
+    session = open_session(cfg, run_dir, resume, "drrn", progress, say)
     d, N = cfg.drrn, cfg.env.num_envs
     steps_per_row = math.ceil(d.log_every / N)
     num_rows = math.ceil(d.total_frames / (steps_per_row * N))
 
     # ---- networks, optimizer, replay memory, envs
-    network = make_model(cfg, load_init=state is None)
+    network = make_model(cfg, load_init=session.resumed is None)
     target = copy.deepcopy(network).requires_grad_(False)
     optimizer = torch.optim.Adam(network.parameters(), lr=d.lr)
     memory = ReplayMemory(d.replay_size, d.max_tokens)
     envs = cfg.env.make_vector_env()
     agent: DRRNAgent = make_agent(cfg, network, envs)
-    update, frames, episodes, duration, grad_steps = 0, 0, 0, 0.0, 0
-    if state is not None:
-        restore_training(cfg, run_dir, state, network, optimizer)
-        with resuming_from(cfg, run_dir, state):
-            target.load_state_dict(state["target"])
-            memory.load_state_dict(state["replay"])
-        update, frames, episodes, duration, grad_steps = (state[k] for k in (
-            "update", "frames", "episodes", "duration", "grad_steps"))
+    update, frames, episodes, duration = session.restore(network, optimizer)
+    grad_steps = 0
+    if session.resumed is not None:
+        with session.restoring():
+            target.load_state_dict(session.resumed.extra["target"])
+            memory.load_state_dict(session.resumed.extra["replay"])
+        grad_steps = session.resumed.extra["grad_steps"]
         agent.rng = np.random.default_rng([cfg.env.seed, update])
-        say(f"resuming {run_dir} after row {update} ({frames} frames)")
-    record_config(cfg, run_dir, network, say)  # once the model (and envs) could be built and restored
 
-    success_before = report_success(cfg, network, "before training", say) if state is None else None
-    logger = open_logger(cfg, run_dir, state)
+    success_before = session.begin(network)
     obs, _ = envs.reset(seed=cfg.env.seed + update * N)  # a resumed run starts fresh episodes
-    bar = tqdm(total=num_rows * steps_per_row * N, initial=frames, unit="frame", disable=not progress)
+    bar = tqdm(total=num_rows * steps_per_row * N, initial=frames, unit="frame", disable=not session.progress)
     start_time = time.time() - duration
     while update < num_rows:
         row_start = time.time()
@@ -133,19 +129,14 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
             **{k: float(np.mean([st[k] for st in stats])) for k in ("loss", "grad_norm", "q_mean") if stats},
             "epsilon": agent.exploration.epsilon,
         }
-        logger.log(metrics)
+        session.log(metrics)
         if update % cfg.run.checkpoint_every == 0 or update == num_rows:
-            save_checkpoint(run_dir, {
-                "trainer": "drrn", "policy": network.trainable_state_dict(), "target": target.state_dict(),
-                "optimizer": optimizer.state_dict(), "replay": memory.state_dict(), "rng": rng_state(),
-                "update": update, "frames": frames, "episodes": episodes, "grad_steps": grad_steps,
-                "duration": metrics["duration"], "config": cfg.to_dict(),
-            })
+            session.save(network, optimizer, Progress(update, frames, episodes, metrics["duration"]),
+                         extra={"target": target.state_dict(), "replay": memory.state_dict(), "grad_steps": grad_steps})
         bar.update(steps_per_row * N)
         if "success_rate" in metrics:
             bar.set_postfix(fps=f"{metrics['FPS']:.0f}", success=f"{metrics['success_rate']:.2f}")
     bar.close()
-    logger.close()
     envs.close()
 
-    return TrainResult(run_dir, update, frames, success_before, report_success(cfg, network, "after training", say))
+    return session.finish(network, update, frames, success_before)

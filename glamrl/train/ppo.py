@@ -3,7 +3,8 @@
 Phases of each update: collect (the policy scores actions under inference mode) →
 bootstrap and GAE → flatten → optimise the PPO loss over epochs of minibatches →
 log → checkpoint. A run directory holds everything; running again on it resumes.
-The run's skeleton (open, restore, record the config, log, evaluate) is `glamrl.train.common`.
+The run's skeleton (open, restore, record the config, log, checkpoint, evaluate) is `glamrl.train.common`'s
+`Session`; what several ranks add (gathering, averaging, sharding) is `glamrl.parallel`'s.
 """
 
 from __future__ import annotations
@@ -29,11 +30,10 @@ from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients
 from glamrl.rl.value_norm import ValueNormalizer
 from glamrl.rollout import step
-from glamrl.run.checkpoint import rng_state, save_checkpoint
+from glamrl.run.checkpoint import Progress
 from glamrl.run.dir import holds_run_lock
 from glamrl.run.log import episode_stats
-from glamrl.train.common import (TrainResult, open_logger, open_run, record_config, report_success, restore_training,
-                                 seed_everything)
+from glamrl.train.common import TrainResult, open_session, seed_everything
 
 PPO_KINDS = ("llm", "symbolic")
 LOSS_TERMS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
@@ -51,22 +51,17 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     Holds RUN_DIR's lock throughout: a second process on the same run directory is refused.
     Under torchrun (see `glamrl.parallel.distributed`) every rank calls this; rank 0 alone touches RUN_DIR.
     """
-    ranks = distributed.current()
-    if not ranks.is_main:  # rank 0 alone speaks
-        progress, say = False, lambda _: None
     if cfg.agent.kind not in PPO_KINDS:
         raise AgentKindError(f"PPO trains agent kinds {', '.join(PPO_KINDS)}, not {cfg.agent.kind!r}")
-    sharding.check_launch(cfg.run.sharding)
-    state = open_run(cfg, run_dir, resume, "ppo")
-    p = cfg.ppo
+    session = open_session(cfg, run_dir, resume, "ppo", progress, say)
+    ranks, p = distributed.current(), cfg.ppo
     N, T, K, R = cfg.env.num_envs, p.num_steps, ranks.world_size, cfg.recurrence  # R: steps per replayed sequence
     frames_per_update = cfg.batch_size * K  # all ranks together
 
     # ---- envs, model, optimizer, probes; the config is recorded once all of them could be built (and restored)
     envs = cfg.env.make_vector_env()
-    policy = make_model(cfg, load_init=state is None)
-    if cfg.run.sharding == "fsdp":
-        sharding.shard(policy)  # before the optimizer: its parameters become the ranks' shards
+    policy = make_model(cfg, load_init=session.resumed is None)
+    sharding.shard(policy, cfg.run.sharding)  # fsdp: before the optimizer, whose parameters become the ranks' shards
     params = [w for w in policy.parameters() if w.requires_grad]
     device = params[0].device  # the PPO loss runs where the model computes
     # fused: one pass over the weights and no temporaries (the default foreach Adam allocates one the size of the
@@ -76,32 +71,24 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     value_norm = ValueNormalizer(p.value_norm_decay) if p.value_norm else None
     agent = make_agent(cfg, policy, envs)
     probe_set = read_run_probes(cfg)
-    update, frames, episodes, duration = 0, 0, 0, 0.0
-    if state is not None:
-        restore_training(cfg, run_dir, state, policy, optimizer)
-        if value_norm is not None:
-            value_norm.load_state_dict(state["value_norm"])
-        update, frames, episodes, duration = state["update"], state["frames"], state["episodes"], state["duration"]
-        say(f"resuming {run_dir} after update {update} ({frames} frames)")
-    if ranks.is_main:
-        record_config(cfg, run_dir, policy, say)
-    if not sharding.is_sharded(policy):  # shards are cut from the same seeded (or restored) weights
-        distributed.broadcast_parameters(policy)
+    update, frames, episodes, duration = session.restore(policy, optimizer)
+    if value_norm is not None and session.resumed is not None:
+        value_norm.load_state_dict(session.resumed.extra["value_norm"])
+    sharding.replicate(policy)  # every rank from rank 0's (seeded or restored) weights
     if ranks.active:  # each rank samples its own actions and minibatches
         seed_everything(cfg.env.seed + 7919 * (update * K + ranks.rank))
 
-    success_before = report_success(cfg, policy, "before training", say) if state is None else None
-    logger = open_logger(cfg, run_dir, state) if ranks.is_main else None
+    success_before = session.begin(policy)
     # env i of rank r starts at seed + (update * K + r) * N + i: no two envs, ranks or updates share a seed,
     # and a resumed run starts fresh episodes
     obs, _ = envs.reset(seed=cfg.env.seed + (update * K + ranks.rank) * N)
     with sharding.gathered(policy):
-        probes = start_probe_log(cfg, run_dir, policy, probe_set, update if state is not None else None) \
-            if ranks.is_main else None
+        probes = start_probe_log(cfg, session.run, policy, probe_set, session.resumed_update) \
+            if session.is_main else None
 
     buffer = RolloutBuffer(T, N)
     recent = deque(maxlen=100)  # success of the last episodes, for the progress bar
-    bar = tqdm(total=p.total_frames, initial=frames, unit="frame", disable=not progress)
+    bar = tqdm(total=p.total_frames, initial=frames, unit="frame", disable=not session.progress)
     start_time = time.time() - duration
     session_start, stop = time.time(), False  # run.max_minutes counts this invocation's wall time
     while frames < p.total_frames and not stop:  # in frames: a resumed run may have another number of ranks
@@ -128,7 +115,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
             policy.standardize_value_head([x for row in buffer.inputs for x in row])  # from the first rollout
             distributed.broadcast_parameters(policy.value_head)                       # rank 0's, on every rank
         frames += frames_per_update
-        finished = [e for rank_episodes in distributed.gather_objects(finished) for e in rank_episodes]
+        finished = distributed.gather_lists(finished)                                 # every rank's episodes
         episodes += len(finished)
         recent.extend(e.success for e in finished)
         collect_time = time.time() - update_start
@@ -159,11 +146,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                 except FloatingPointError:
                     raise TrainingDiverged(
                         f"non-finite PPO loss at update {update + 1}, epoch {epoch + 1}; "
-                        f"the last good checkpoint is in {run_dir / 'checkpoints'} (try a lower ppo.lr)") from None
-                if not sharding.is_sharded(policy):  # FSDP reduce-scatters (averages) them in the backward
-                    distributed.average_gradients(params)
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, p.max_grad_norm)  # over the shards too
-                stats[-1]["grad_norm"] = float(sharding.full_tensor(grad_norm))
+                        f"the last good checkpoint is in {session.run.checkpoints} (try a lower ppo.lr)") from None
+                stats[-1]["grad_norm"] = sharding.average_and_clip_gradients(policy, params, p.max_grad_norm)
                 optimizer.step()
         optimizer.zero_grad(set_to_none=True)  # no gradients held while the next rollout is collected
         update += 1
@@ -185,7 +169,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
             **({"value_mean": value_norm.stats()[0], "value_std": value_norm.stats()[1]} if value_norm else {}),
             "first_ratio_dev": max(st["ratio_dev"] for st in stats[:p.grad_accum]),
         }
-        if cfg.run.probes is not None:  # every rank gathers a sharded policy's weights, rank 0 records
+        if probe_set is not None:  # every rank gathers a sharded policy's weights, rank 0 records
             with sharding.gathered(policy):
                 if probes is not None:
                     probes.record(policy, update, frames)
@@ -193,28 +177,17 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
             stop = distributed.broadcast_object(time.time() - session_start > 60 * cfg.run.max_minutes)
         if cfg.run.stop_at_success is not None and finished:  # the same gathered episodes on every rank
             stop = stop or metrics["success_rate"] >= cfg.run.stop_at_success
-        checkpoint = update % cfg.run.checkpoint_every == 0 or frames >= p.total_frames or stop
-        if checkpoint:  # a sharded policy's whole state is gathered by all ranks onto rank 0
-            policy_state, optimizer_state = sharding.full_state(policy, optimizer)
-        if not ranks.is_main:
-            continue
-        logger.log(metrics)
-        if checkpoint:
-            save_checkpoint(run_dir, {
-                "trainer": "ppo", "policy": policy_state, "optimizer": optimizer_state,
-                "rng": rng_state(), "update": update, "frames": frames, "episodes": episodes,
-                "duration": metrics["duration"], "config": cfg.to_dict(),
-                **({"value_norm": value_norm.state_dict()} if value_norm is not None else {}),
-            })
+        session.log(metrics)
+        if update % cfg.run.checkpoint_every == 0 or frames >= p.total_frames or stop:
+            session.save(policy, optimizer, Progress(update, frames, episodes, metrics["duration"]),
+                         extra={"value_norm": value_norm.state_dict()} if value_norm is not None else None)
         bar.update(frames_per_update)
         if recent:
             bar.set_postfix(fps=f"{metrics['FPS']:.1f}", success=f"{np.mean(recent):.2f}")
     bar.close()
-    if logger is not None:
-        logger.close()
     envs.close()
 
-    return TrainResult(run_dir, update, frames, success_before, report_success(cfg, policy, "after training", say))
+    return session.finish(policy, update, frames, success_before)
 
 
 def parameter_groups(policy: ActorCriticNetwork, p: PPOConfig) -> list[dict[str, Any]]:
