@@ -55,7 +55,7 @@ positive_int, non_negative_int = int_at_least(1), int_at_least(0)
 def add_episode_args(parser: argparse.ArgumentParser) -> None:
     """The level and the episodes to run: shared by eval and demos."""
     parser.add_argument("--env", default=None,
-                        help="BabyAI-Text level id (default BabyAI-MixedTrainLocal-v0; with --suite: the level "
+                        help=f"BabyAI-Text level id (default {EnvConfig.id}; with --suite: the level "
                              "the tests change the text of, instead of the training level)")
     parser.add_argument("--episodes", type=positive_int, default=100)
     parser.add_argument("--seed", type=non_negative_int, default=1)
@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pp = sub.add_parser("play", help="one episode as a GIF (or a PNG sheet): picture, text, action probabilities")
     add_agent_args(pp)
-    pp.add_argument("--env", default=None, help="BabyAI-Text level id (default: the test's, else MixedTrainLocal)")
+    pp.add_argument("--env", default=None, help=f"BabyAI-Text level id (default: the test's, else {EnvConfig.id})")
     pp.add_argument("--test", default=None, help="play under a suite test, e.g. french or invented_words")
     pp.add_argument("--seed", type=non_negative_int, default=1)
     pp.add_argument("--language", choices=("en", "fr"), default="en")
@@ -162,7 +162,7 @@ def cmd_play(args: argparse.Namespace) -> None:
 
     from glamrl.eval.agents import agent_builder
     from glamrl.eval.render import SUFFIXES, draw_frames, play_episode, write_episode
-    from glamrl.eval.suite import TRAIN_LEVEL, SuiteTest, select_tests
+    from glamrl.eval.suite import SuiteTest, select_tests
     from glamrl.envs import make_env
 
     fmt = "gif" if args.format == "gif" else "png"
@@ -171,7 +171,7 @@ def cmd_play(args: argparse.Namespace) -> None:
         (test,) = select_tests(None, args.test)
         test = dataclasses.replace(test, env_id=args.env or test.env_id)
     else:
-        test = SuiteTest("play", "one episode", env_id=args.env or TRAIN_LEVEL, language=args.language)
+        test = SuiteTest("play", "one episode", env_id=args.env or EnvConfig.id, language=args.language)
     make_env(test.env_id)  # an unknown id fails here, before the agent loads
     label, build = agent_builder(agent_spec(args), args.seed)
     moments, names = play_episode(test, build, args.seed, args.max_frames)

@@ -53,7 +53,7 @@ class EnvConfig:
     English articles ("an open red door")."""
 
     def __post_init__(self) -> None:
-        _check(bool(self.id), "env.id must name a BabyAI level, e.g. BabyAI-MixedTrainLocal-v0")
+        _check(bool(self.id), f"env.id must name a BabyAI level, e.g. {EnvConfig.id}")
         _check(self.num_envs >= 1, "env.num_envs must be >= 1")
         _check(0 <= self.seed < 2**31, f"env.seed must be in [0, 2**31), got {self.seed}")
         _check(self.language in ("en", "fr"), f"env.language must be 'en' or 'fr', got {self.language!r}")
@@ -164,7 +164,7 @@ class ModelConfig:
                f"model.train_layers must be >= 0 or null, got {self.train_layers}")
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
                f"model.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
-        _check(bool(self.name), "model.name must name a model (smollm2-135m, a directory, a .gguf file)")
+        _check(bool(self.name), f"model.name must name a model ({ModelConfig.name}, a directory, a .gguf file)")
         _check(self.lora_r >= 1, "model.lora_r must be >= 1")
         _check(self.lora_alpha > 0, f"model.lora_alpha must be > 0, got {self.lora_alpha}")
         _check(0 <= self.lora_dropout < 1, f"model.lora_dropout must be in [0, 1), got {self.lora_dropout}")

@@ -22,13 +22,14 @@ from typing import Any
 from gymnasium.vector import SyncVectorEnv
 
 from glamrl.agents.base import Agent
+from glamrl.config import EnvConfig
 from glamrl.envs.actions import FRENCH_ACTION_NAMES, SYNONYM_ACTION_NAMES
 from glamrl.envs.text_env import BabyAITextEnv
 from glamrl.errors import GlamrlError
 from glamrl.eval.substitutions import SubstituteWords, WordSubstitution
 from glamrl.rollout import evaluate
 
-TRAIN_LEVEL = "BabyAI-MixedTrainLocal-v0"
+TRAIN_LEVEL = EnvConfig.id  # GLAM's training level, the default level: the level the text tests change
 TEST_LEVEL = "BabyAI-MixedTestLocal-v0"
 
 
