@@ -54,6 +54,8 @@ def test_cloning_a_tiny_llm_beats_random_and_ppo_starts_from_it(demos, tmp_path)
     cfg = load_train_config(None, TINY)
     result = train_bc(cfg, demos, run, progress=False, say=lambda _: None)
     assert result.updates == 78 and load_checkpoint(run)["update"] == 78
+    assert set(load_checkpoint(run)) == {"trainer", "update", "frames", "episodes", "duration", "policy", "optimizer",
+                                         "rng", "config", "data"}  # BC's keys, and now the episodes (0) of the others
     rows = read_log(run)
     assert [r["update"] for r in rows] == [20, 40, 60, 78] and rows[-1]["loss"] < rows[0]["loss"] / 10
 

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from glamrl.run.checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from glamrl.run.checkpoint import (Checkpoint, CheckpointError, Progress, load_checkpoint, rng_state, save_checkpoint,
+                                   set_rng_state)
+from glamrl.run.dir import RunDir
 
 
 def _trained_state(seed: int = 0) -> dict:
@@ -145,3 +147,22 @@ def test_kill_9_during_saves_leaves_a_loadable_checkpoint(tmp_path):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # last.pt itself must be good
             assert load_checkpoint(tmp_path)["update"] >= 0
+
+
+def test_one_schema_reads_the_checkpoints_every_loop_wrote(tmp_path):
+    weights, common = {"w": torch.ones(2)}, {"optimizer": {"state": {}, "param_groups": []}, "rng": rng_state()}
+    ppo = {"trainer": "ppo", "policy": weights, **common, "update": 3, "frames": 96, "episodes": 7,
+           "duration": 1.5, "config": {"env": {}}, "value_norm": {"weight": torch.tensor(0.5)}}
+    bc = {"trainer": "bc", "policy": weights, **common, "update": 4, "frames": 32, "data": {"sha256": "ab"},
+          "duration": 2.0, "config": {}}  # as BC wrote them: no episodes
+    unnamed = {key: value for key, value in ppo.items() if key != "trainer"}  # before checkpoints named their loop
+    state = Checkpoint.from_dict(ppo)
+    assert state.progress == Progress(3, 96, 7, 1.5) and state.extra.keys() == {"value_norm"}
+    _assert_equal(state.to_dict(), ppo)  # the same keys and values: written by the loops as before
+    assert Checkpoint.from_dict(bc).progress.episodes == 0 and Checkpoint.from_dict(bc).extra == {"data": {"sha256": "ab"}}
+    assert Checkpoint.from_dict(unnamed).trainer == "ppo"
+    run = RunDir(tmp_path / "run")
+    run.save_checkpoint(state)
+    _assert_equal(run.load_checkpoint().to_dict(), ppo)
+    with pytest.raises(ValueError, match="common keys"):
+        Checkpoint("ppo", Progress(), weights, {}, {}, None, extra={"update": 1})

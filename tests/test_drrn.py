@@ -93,6 +93,8 @@ def test_drrn_resume_continues_with_its_replay_memory(tmp_path):
     train_drrn(load_train_config(None, [*short, "drrn.total_frames=160"]), run, progress=False, say=lambda _: None)
     state = load_checkpoint(run)
     assert state["frames"] == 160 and state["replay"]["size"] == 160 and state["grad_steps"] == 11
+    assert set(state) == {"trainer", "update", "frames", "episodes", "duration", "policy", "optimizer", "rng",
+                          "config", "target", "replay", "grad_steps"}  # the keys DRRN's checkpoints have always had
     result = train_drrn(load_train_config(None, [*short, "drrn.total_frames=320"]), run, resume=True,
                         progress=False, say=lambda _: None)
     assert result.updates == 2 and load_checkpoint(run)["replay"]["size"] == 320

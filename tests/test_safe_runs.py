@@ -14,7 +14,7 @@ import torch
 from glamrl.run.checkpoint import load_checkpoint
 from glamrl.cli import main
 from glamrl.config import load_train_config
-from glamrl.run.dir import RunDir
+from glamrl.run.dir import RUN_DATA, RUN_FILES, RunDir
 from glamrl.run.log import read_log
 from glamrl.train.ppo import train
 
@@ -231,3 +231,12 @@ def test_messages_name_the_real_problem(tmp_path, capsys):
     junk.write_bytes(b"\x00" * 10)
     code, err = run_cli(capsys, "eval", "--agent", "llm", "--model", str(junk), "--episodes", "1")
     assert_one_line(code, err, "is a file but not a .gguf model")
+
+
+def test_run_dir_names_every_path_of_a_run(tmp_path):
+    run = RunDir(tmp_path / "run")
+    data = (run.config, run.log, run.probes, run.checkpoints, run.tensorboard, run.lock_file)
+    assert tuple(p.relative_to(run.path).as_posix() for p in data) == RUN_DATA
+    assert (*RUN_DATA, run.curves.name) == RUN_FILES
+    assert run.last_checkpoint.parent == run.backup_checkpoint.parent == run.checkpoints
+    assert RunDir(run) == RunDir(str(run)) == run and not run.is_run and not run.path.exists()  # names touch nothing

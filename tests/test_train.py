@@ -49,6 +49,8 @@ def test_checkpoint_holds_trained_weights_and_resume_continues(tmp_path):
     train(cfg, run, progress=False, say=lambda _: None)
     state = load_checkpoint(run)
     assert (state["update"], state["frames"]) == (2, 128)
+    assert set(state) == {"trainer", "update", "frames", "episodes", "duration", "policy", "optimizer", "rng",
+                          "config"}  # the keys PPO's checkpoints have always had (ppo.value_norm adds value_norm)
     from glamrl.llm.policy import LLMPolicy
 
     fresh = LLMPolicy(cfg.model).trainable_state_dict()
