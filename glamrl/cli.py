@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from glamrl.config import AGENT_KINDS, EnvConfig, ModelConfig
 from glamrl.errors import GlamrlError
 from glamrl.files import disk_failure
-from glamrl.run.dir import check_output
+from glamrl.run.dir import RunDir, check_output
 
 if TYPE_CHECKING:
     from glamrl.eval.agents import AgentSpec
@@ -184,7 +184,6 @@ def cmd_play(args: argparse.Namespace) -> None:
 
 def cmd_experiment(args: argparse.Namespace) -> None:
     from glamrl.eval.experiment import load_experiment, report, run_dir, run_tasks, write_sbatch
-    from glamrl.run.dir import check_output
 
     experiment = load_experiment(args.file)
     check_output(experiment.out, "the experiment's out", directory=True)
@@ -307,7 +306,6 @@ def cmd_demos(args: argparse.Namespace) -> None:
 def cmd_bc(args: argparse.Namespace) -> None:
     from glamrl.config import load_train_config
     from glamrl.eval.plot import plot_runs
-    from glamrl.run.dir import RunDir
     from glamrl.train.bc import train_bc
 
     cfg = load_train_config(args.config, args.overrides) if args.config else None
@@ -334,7 +332,6 @@ def train_run(args: argparse.Namespace) -> None:
     from glamrl.config import ConfigError, load_train_config
     from glamrl.eval.plot import plot_runs
     from glamrl.parallel import distributed
-    from glamrl.run.dir import RunDir
     from glamrl.train.drrn import train_drrn
     from glamrl.train.ppo import train
 
@@ -372,8 +369,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
     check_output(args.out, suffixes=SUFFIXES)
     if args.probes:
         from glamrl.eval.probes import plot_probes
-        from glamrl.run.dir import RunDir
-
+    
         for run in map(RunDir, args.runs):
             out = args.out if len(args.runs) == 1 else run.probes_plot
             print(plot_probes(run.path, out))

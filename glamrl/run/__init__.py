@@ -1,2 +1,2 @@
-"""A run directory and what it holds: the paths, lock and ownership rules (`dir`), checkpoints (`checkpoint`),
-and the log (`log`)."""
+"""A run directory and what it holds: `dir.RunDir` (every path, the lock, the config and the resume rule, the
+one owner the others ask), checkpoints and their schema (`checkpoint`), and the log (`log`)."""
