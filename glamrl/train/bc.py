@@ -82,10 +82,12 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
     steps_per_epoch = math.ceil(len(records) / b.batch_size)
     total_steps = b.epochs * steps_per_epoch
 
-    # ---- model, optimizer; the config is recorded once the model could be built (and restored)
+    # ---- model, optimizer
     policy = make_model(cfg, load_init=session.resumed is None)
     params = [w for w in policy.parameters() if w.requires_grad]
     optimizer = torch.optim.Adam(params, lr=b.lr)
+
+    # ---- resume (weights, optimizer, RNGs); then record the config, evaluate a new run, open the log
     update, frames, _, duration = session.restore(policy, optimizer)
 
     success_before = session.begin(policy, "before cloning")

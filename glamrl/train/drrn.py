@@ -81,6 +81,8 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
     memory = ReplayMemory(d.replay_size, d.max_tokens)
     envs = cfg.env.make_vector_env()
     agent: DRRNAgent = make_agent(cfg, network, envs)
+
+    # ---- resume (network, optimizer, RNGs, target, replay memory); then record the config, evaluate, open the log
     update, frames, episodes, duration = session.restore(network, optimizer)
     grad_steps = 0
     if session.resumed is not None:

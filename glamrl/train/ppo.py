@@ -58,7 +58,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     N, T, K, R = cfg.env.num_envs, p.num_steps, ranks.world_size, cfg.recurrence  # R: steps per replayed sequence
     frames_per_update = cfg.batch_size * K  # all ranks together
 
-    # ---- envs, model, optimizer, probes; the config is recorded once all of them could be built (and restored)
+    # ---- envs, model, optimizer, probes
     envs = cfg.env.make_vector_env()
     policy = make_model(cfg, load_init=session.resumed is None)
     sharding.shard(policy, cfg.run.sharding)  # fsdp: before the optimizer, whose parameters become the ranks' shards
@@ -71,6 +71,9 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     value_norm = ValueNormalizer(p.value_norm_decay) if p.value_norm else None
     agent = make_agent(cfg, policy, envs)
     probe_set = read_run_probes(cfg)
+
+    # ---- resume (weights, optimizer, RNGs, value statistics) and start every rank from the same weights; then
+    # record the config (all of the above could be built and restored), evaluate a new run, open the log
     update, frames, episodes, duration = session.restore(policy, optimizer)
     if value_norm is not None and session.resumed is not None:
         value_norm.load_state_dict(session.resumed.extra["value_norm"])
@@ -90,7 +93,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     recent = deque(maxlen=100)  # success of the last episodes, for the progress bar
     bar = tqdm(total=p.total_frames, initial=frames, unit="frame", disable=not session.progress)
     start_time = time.time() - duration
-    session_start, stop = time.time(), False  # run.max_minutes counts this invocation's wall time
+    invocation_start, stop = time.time(), False  # run.max_minutes counts this invocation's wall time
     while frames < p.total_frames and not stop:  # in frames: a resumed run may have another number of ranks
         update_start = time.time()
         finished = []
@@ -174,7 +177,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                 if probes is not None:
                     probes.record(policy, update, frames)
         if cfg.run.max_minutes is not None:  # rank 0's clock decides for all ranks
-            stop = distributed.broadcast_object(time.time() - session_start > 60 * cfg.run.max_minutes)
+            stop = distributed.broadcast_object(time.time() - invocation_start > 60 * cfg.run.max_minutes)
         if cfg.run.stop_at_success is not None and finished:  # the same gathered episodes on every rank
             stop = stop or metrics["success_rate"] >= cfg.run.stop_at_success
         session.log(metrics)
