@@ -36,15 +36,11 @@ def rss(tag: str) -> None:
     print(f"{tag:<56} RSS {gb['VmRSS']:.2f} GB   peak {gb['VmHWM']:.2f} GB", flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. model.gradient_checkpointing=false")
-    parser.add_argument("--minibatches", type=int, default=4)
-    parser.add_argument("--model", default="smollm2-135m")
-    args = parser.parse_args()
-    rss("imports")
+def glam_update(model: str, overrides: list[str], say=lambda tag: None) -> tuple:
+    """GLAM's configuration as the update sees it: (cfg, policy, trainable params, fused Adam, a Batch of 16 real
+    prompts collected under inference mode, with random actions and targets). fp32 unless overridden."""
     cfg = load_train_config(ROOT / "configs" / "glam_paper.yaml",
-                            [f"model.name={args.model}", *GLAM, "model.compute_dtype=float32", *args.overrides])
+                            [f"model.name={model}", *GLAM, "model.compute_dtype=float32", *overrides])
     torch.manual_seed(cfg.env.seed)
     policy = LLMPolicy(cfg.model)
     print(", ".join(f"{key}={r.value}" for key, r in policy.resolved.items()))
@@ -52,17 +48,38 @@ def main() -> None:
     per_copy = sum(w.numel() * w.element_size() for w in params) / 1e9
     print(f"trainable: {sum(w.numel() for w in params) / 1e6:.1f}M parameters, {per_copy:.3f} GB per copy "
           f"(weights, gradients, Adam's two moments: {4 * per_copy:.2f} GB)")
-    rss("policy built")
+    say("policy built")
     optimizer = torch.optim.Adam(params, lr=cfg.ppo.lr, eps=cfg.ppo.adam_eps, fused=True)
     n = cfg.batch_size
     prompts = real_prompts(n)
     with torch.inference_mode():
         out = [policy(prompts[i:i + cfg.env.num_envs], cfg.prompt.actions) for i in range(0, n, cfg.env.num_envs)]
-    rss(f"collected {n} frames")
+    say(f"collected {n} frames")
     log_probs, values = torch.cat([o.log_probs for o in out]), torch.cat([o.values for o in out])
     actions = torch.randint(0, log_probs.shape[1], (n,))
     batch = Batch(prompts, actions, log_probs.gather(1, actions[:, None]).squeeze(1), values, torch.randn(n),
                   values + torch.randn(n), torch.zeros(n, dtype=torch.bool))
+    return cfg, policy, params, optimizer, batch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. model.gradient_checkpointing=false")
+    parser.add_argument("--minibatches", type=int, default=4)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--mmap-threshold-mb", type=float, default=None,
+                        help="glibc mallopt(M_MMAP_THRESHOLD): blocks this large or larger are mmapped, so that freeing "
+                             "them returns their pages at once (default: glibc's own, dynamic threshold)")
+    args = parser.parse_args()
+    if args.mmap_threshold_mb is not None:
+        import ctypes
+
+        M_MMAP_THRESHOLD = -3
+        ok = ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, int(args.mmap_threshold_mb * 2**20))
+        print(f"mallopt(M_MMAP_THRESHOLD, {args.mmap_threshold_mb} MiB): {'ok' if ok else 'refused'}")
+    rss("imports")
+    cfg, policy, params, optimizer, batch = glam_update(args.model, args.overrides, say=rss)
+    n = cfg.batch_size
     weights = {w.untyped_storage().data_ptr() for w in policy.parameters()}
     for k in range(args.minibatches):
         saved: dict[int, int] = {}

@@ -1,0 +1,102 @@
+"""How much of the return's variance a critic that reads the prompt can explain, on a trained run's own states.
+
+    python -m benchmarks.critic_ceiling runs/goto_cpu                  # 64 steps of its envs
+    python -m benchmarks.critic_ceiling runs/goto_cpu --steps 128 --seed 7
+
+PPO logs the explained variance of V(prompt) against the GAE returns. Where the prompt does not
+determine the return (one observation aliases many cells; the policy samples; the reward depends on
+the episode's step count, which no prompt shows), no critic reaches 1. This collects `--steps` steps
+of the run's envs with its trained policy (sampling, as in training), computes the returns as the
+update does (GAE with the run's gamma and lambda, values in the returns' units), and prints:
+
+  ceiling    the share of the returns' variance that the best function of the prompt text explains
+             (`glamrl.stats.explainable_variance`: 1 - pooled within-prompt variance / total variance)
+  probe      held-out explained variance of a ridge regression from the value head's input (the hidden
+             state) to the returns, fitted on half the frames (the best linear critic on those features)
+  head       the squared correlation of the trained value head's outputs with the returns (the explained
+             variance of the best affine map of V: what the head's ranking of states is worth)
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from glamrl.agents.factory import make_agent, restore_model
+from glamrl.rl.gae import compute_gae
+from glamrl.rl.value_norm import ValueNormalizer
+from glamrl.rollout import step
+from glamrl.stats import explainable_variance
+
+
+def collect(run: Path, steps: int, seed: int) -> tuple[list[str], np.ndarray, np.ndarray, torch.Tensor]:
+    """(prompts, returns, head values, hidden states) of `steps` steps of the run's envs, step-major."""
+    cfg, policy, state = restore_model(run)
+    if cfg.agent.kind != "llm":
+        raise SystemExit(f"{run} holds a {cfg.agent.kind} agent: the probe reads an LLM policy's hidden states")
+    norm = None
+    if cfg.ppo.value_norm:
+        norm = ValueNormalizer(cfg.ppo.value_norm_decay)
+        norm.load_state_dict(state.extra["value_norm"])
+    real = norm.denormalize if norm is not None else (lambda v: v)
+    envs = cfg.env.make_vector_env()
+    agent = make_agent(cfg, policy, envs)
+    obs, _ = envs.reset(seed=seed)
+    prompts, values, rewards, terminated, truncated, final_values = [], [], [], [], [], []
+    with torch.no_grad():
+        for _ in range(steps):
+            s = step(envs, agent, obs)
+            prompts += s.decision.inputs
+            values.append(real(s.decision.values.float()))
+            rewards.append(torch.as_tensor(s.rewards * cfg.ppo.reward_scale, dtype=torch.float32))
+            terminated.append(torch.as_tensor(s.terminated))
+            truncated.append(torch.as_tensor(s.truncated))
+            final = torch.zeros(cfg.env.num_envs)
+            cut = np.flatnonzero(s.truncated & ~s.terminated)
+            if len(cut):  # a time-limit cut bootstraps from V(final observation), as in training
+                final[cut] = real(agent.values(s.final_obs(cut), cut).float())
+            final_values.append(final)
+            agent.end_episodes(s.done)
+            obs = s.next_obs
+        next_value = real(agent.values(obs, range(cfg.env.num_envs)).float())
+        hidden = torch.cat([policy.scorer(prompts[i:i + 64], None).hidden.float() for i in range(0, len(prompts), 64)])
+    V = torch.stack(values)                                                             # (T, N)
+    _, returns = compute_gae(torch.stack(rewards), V, torch.stack(terminated), torch.stack(truncated),
+                             torch.stack(final_values), next_value, cfg.ppo.gamma, cfg.ppo.gae_lambda)
+    envs.close()
+    return prompts, returns.reshape(-1).numpy(), V.reshape(-1).numpy(), hidden
+
+
+def ridge_probe(hidden: torch.Tensor, returns: np.ndarray, penalty: float, seed: int = 0) -> float:
+    """Held-out explained variance of ridge regression from standardised `hidden` (n, H) to `returns` (n,)."""
+    X = hidden.double().numpy()
+    X = (X - X.mean(0)) / (X.std(0) + 1e-6)
+    order = np.random.default_rng(seed).permutation(len(returns))
+    fit, test = order[: len(order) // 2], order[len(order) // 2:]
+    w = np.linalg.solve(X[fit].T @ X[fit] + penalty * np.eye(X.shape[1]), X[fit].T @ (returns[fit] - returns[fit].mean()))
+    error = returns[test] - (X[test] @ w + returns[fit].mean())
+    return float(1 - error.var() / returns[test].var())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", type=Path, help="a trained llm run directory")
+    parser.add_argument("--steps", type=int, default=64, help="steps of the run's envs (frames = steps x num_envs)")
+    parser.add_argument("--seed", type=int, default=12345, help="env seed (away from training's)")
+    args = parser.parse_args()
+    prompts, returns, values, hidden = collect(args.run, args.steps, args.seed)
+    print(f"{args.run}: {len(returns)} frames, {len(set(prompts))} distinct prompts, "
+          f"returns mean {returns.mean():.2f} std {returns.std():.2f}")
+    print(f"ceiling (best function of the prompt): {explainable_variance(prompts, returns):.3f}")
+    probes = {penalty: ridge_probe(hidden, returns, penalty) for penalty in (1, 10, 100, 1000)}
+    best = max(probes, key=probes.get)
+    print(f"probe (ridge on the value head's input, held-out half): {probes[best]:.3f} at penalty {best:g} "
+          f"({', '.join(f'{k:g}: {v:.3f}' for k, v in probes.items())})")
+    print(f"head (squared correlation of V with the returns): {np.corrcoef(values, returns)[0, 1] ** 2:.3f}")
+
+
+if __name__ == "__main__":
+    main()
