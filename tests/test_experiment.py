@@ -64,6 +64,8 @@ def test_experiment_trains_skips_resumes_and_reports(tmp_path, capsys, monkeypat
     assert (out / "random-seed1" / "eval.json").exists()
     report = (out / "report.md").read_text()
     assert "| tiny | 2 |" in report and "| tiny-lora | 1 |" in report and "random (evaluated)" in report
+    lora = next(line for line in report.splitlines() if line.startswith("| tiny-lora |")).split(" | ")
+    assert lora[4] == "64"  # frames trained, whether or not it reached the target
     assert (out / "success_frames.png").stat().st_size > 0 and (out / "success_minutes.png").stat().st_size > 0
     capsys.readouterr()
 

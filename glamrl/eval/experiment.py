@@ -14,7 +14,8 @@ run (`--task I`). Evaluation-only agents (random, bot) are evaluated once, with 
 The report (OUT/report.md, OUT/success_frames.png, OUT/success_minutes.png): success rate and
 mean episode length of the training episodes against frames and against wall-clock minutes, and
 a table of the frames and minutes each agent took to reach `target` success (the first update
-whose training episodes reached it), with the mean and 95% interval over seeds.
+whose training episodes reached it) and the frames and minutes each trained in all (a capped run
+stops short of the experiment's frames), with the mean and 95% interval over seeds.
 """
 
 from __future__ import annotations
@@ -260,7 +261,8 @@ def report(experiment: Experiment) -> Path:
         plot_runs(dirs, experiment.out / "success_minutes.png", x="minutes", metrics=metrics, labels=labels,
                   baselines=baselines)
     lines = [f"| agent | seeds | frames to {experiment.target:g} | minutes to {experiment.target:g} | "
-             f"last success | last mean length |", "| --- | --- | --- | --- | --- | --- |"]
+             f"frames trained | minutes trained | last success | last mean length |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for spec, group in trained:
         logs = [read_log(d) for d in group]
         reached = [time_to_target(rows, experiment.target) for rows in logs]
@@ -268,10 +270,12 @@ def report(experiment: Experiment) -> Path:
         last = [next((r for r in reversed(rows) if "success_rate" in r), {}) for rows in logs]
         lines.append(f"| {spec.name} | {len(group)} | {_mean_ci([h[0] for h in hits], len(group), '.0f')} | "
                      f"{_mean_ci([h[1] for h in hits], len(group), '.1f')} | "
+                     f"{_mean_ci([rows[-1]['frames'] for rows in logs if rows], len(group), '.0f')} | "
+                     f"{_mean_ci([rows[-1]['duration'] / 60 for rows in logs if rows], len(group), '.1f')} | "
                      f"{_mean_ci([r['success_rate'] for r in last if r], len(group), '.2f')} | "
                      f"{_mean_ci([r['num_frames_mean'] for r in last if r], len(group), '.1f')} |")
     for name, b in baselines.items():
-        lines.append(f"| {name} (evaluated) | | | | {b['success_rate']:.2f} | {b['num_frames_mean']:.1f} |")
+        lines.append(f"| {name} (evaluated) | | | | | | {b['success_rate']:.2f} | {b['num_frames_mean']:.1f} |")
     return write_text(experiment.out / "report.md", "\n".join(lines) + "\n")
 
 
