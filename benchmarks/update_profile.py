@@ -18,7 +18,9 @@ operator is summed by kind:
   optimizer     the fused Adam step and the gradient-norm clip
   other         the rest (allocation, autograd bookkeeping ops)
 
-Python and dispatch overhead = wall time - the sum of self times of every operator. The matmul rate
+Python and dispatch overhead = wall time - the sum of self times of every operator. The profiler's own
+cost (it records every operator's shapes to count FLOPs) slows the profiled minibatches, so the
+unprofiled time of as many minibatches is printed first; the shares are of the profiled wall. The matmul rate
 of the same process (a 2048^2 fp32 matmul, as glam_config.py) puts the matmul share in context:
 its achieved GFLOP/s is the FLOPs the aten::mm family executed over their time.
 
@@ -89,6 +91,8 @@ def main() -> None:
     cfg, policy = setup[0], setup[1]
     print(f"{torch.get_num_threads()} threads, matmul {matmul_flops(torch.float32) / 1e9:.0f} GFLOP/s (2048^2 fp32)")
     timed_minibatches(args.warmup, *setup)
+    plain = timed_minibatches(args.minibatches, *setup)  # the profiler's own overhead inflates the profiled wall
+    print(f"unprofiled: {plain:.2f} s per minibatch")
 
     with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
         start = time.perf_counter()
