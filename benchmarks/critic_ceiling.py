@@ -62,6 +62,7 @@ def collect(run: Path, steps: int, seed: int) -> tuple[list[str], np.ndarray, np
             agent.end_episodes(s.done)
             obs = s.next_obs
         next_value = real(agent.values(obs, range(cfg.env.num_envs)).float())
+        # the head's input, in float32 (training reads it under model.compute_dtype: bf16 differs by rounding)
         hidden = torch.cat([policy.scorer(prompts[i:i + 64], None).hidden.float() for i in range(0, len(prompts), 64)])
     V = torch.stack(values)                                                             # (T, N)
     _, returns = compute_gae(torch.stack(rewards), V, torch.stack(terminated), torch.stack(truncated),
