@@ -10,7 +10,8 @@ of the run's envs with its trained policy (sampling, as in training), computes t
 update does (GAE with the run's gamma and lambda, values in the returns' units), and prints:
 
   ceiling    the share of the returns' variance that the best function of the prompt text explains
-             (`glamrl.stats.explainable_variance`: 1 - pooled within-prompt variance / total variance)
+             (`glamrl.stats.explainable_variance`: 1 - pooled within-prompt variance / total variance), and
+             of the prompt with the episode's step count (what a time-aware critic could reach)
   probe      held-out explained variance of a ridge regression from the value head's input (the hidden
              state) to the returns, fitted on half the frames (the best linear critic on those features)
   head       the squared correlation of the trained value head's outputs with the returns (the explained
@@ -32,8 +33,9 @@ from glamrl.rollout import step
 from glamrl.stats import explainable_variance
 
 
-def collect(run: Path, steps: int, seed: int) -> tuple[list[str], np.ndarray, np.ndarray, torch.Tensor]:
-    """(prompts, returns, head values, hidden states) of `steps` steps of the run's envs, step-major."""
+def collect(run: Path, steps: int, seed: int) -> tuple[list[str], np.ndarray, np.ndarray, torch.Tensor, np.ndarray]:
+    """(prompts, returns, head values, hidden states, steps into the episode) of `steps` steps of the run's
+    envs, step-major."""
     cfg, policy, state = restore_model(run)
     if cfg.agent.kind != "llm":
         raise SystemExit(f"{run} holds a {cfg.agent.kind} agent: the probe reads an LLM policy's hidden states")
@@ -45,11 +47,14 @@ def collect(run: Path, steps: int, seed: int) -> tuple[list[str], np.ndarray, np
     envs = cfg.env.make_vector_env()
     agent = make_agent(cfg, policy, envs)
     obs, _ = envs.reset(seed=seed)
-    prompts, values, rewards, terminated, truncated, final_values = [], [], [], [], [], []
+    prompts, values, rewards, terminated, truncated, final_values, elapsed = [], [], [], [], [], [], []
+    t = np.zeros(cfg.env.num_envs, dtype=int)  # steps each env's episode has taken so far
     with torch.no_grad():
         for _ in range(steps):
             s = step(envs, agent, obs)
             prompts += s.decision.inputs
+            elapsed.append(t.copy())
+            t = np.where(s.done, 0, t + 1)
             values.append(real(s.decision.values.float()))
             rewards.append(torch.as_tensor(s.rewards * cfg.ppo.reward_scale, dtype=torch.float32))
             terminated.append(torch.as_tensor(s.terminated))
@@ -68,7 +73,7 @@ def collect(run: Path, steps: int, seed: int) -> tuple[list[str], np.ndarray, np
     _, returns = compute_gae(torch.stack(rewards), V, torch.stack(terminated), torch.stack(truncated),
                              torch.stack(final_values), next_value, cfg.ppo.gamma, cfg.ppo.gae_lambda)
     envs.close()
-    return prompts, returns.reshape(-1).numpy(), V.reshape(-1).numpy(), hidden
+    return prompts, returns.reshape(-1).numpy(), V.reshape(-1).numpy(), hidden, np.concatenate(elapsed)
 
 
 def ridge_probe(hidden: torch.Tensor, returns: np.ndarray, penalty: float, seed: int = 0) -> float:
@@ -88,10 +93,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=64, help="steps of the run's envs (frames = steps x num_envs)")
     parser.add_argument("--seed", type=int, default=12345, help="env seed (away from training's)")
     args = parser.parse_args()
-    prompts, returns, values, hidden = collect(args.run, args.steps, args.seed)
+    prompts, returns, values, hidden, elapsed = collect(args.run, args.steps, args.seed)
     print(f"{args.run}: {len(returns)} frames, {len(set(prompts))} distinct prompts, "
           f"returns mean {returns.mean():.2f} std {returns.std():.2f}")
     print(f"ceiling (best function of the prompt): {explainable_variance(prompts, returns):.3f}")
+    timed = list(zip(prompts, elapsed.tolist()))
+    print(f"ceiling of a critic that also reads the episode's step count: {explainable_variance(timed, returns):.3f} "
+          f"({len(set(timed))} distinct (prompt, step) pairs)")
     probes = {penalty: ridge_probe(hidden, returns, penalty) for penalty in (1, 10, 100, 1000)}
     best = max(probes, key=probes.get)
     print(f"probe (ridge on the value head's input, held-out half): {probes[best]:.3f} at penalty {best:g} "
