@@ -10,7 +10,9 @@ full fine-tuning and with `model.train_layers=4`. Every variant runs `glamrl.tra
 its own subprocess, so that its peak RSS is its own. GLAM's original code (lamorel), same model,
 config and machine kind: 0.041 frames/s, 10.4 GB. `auto` rows resolve model.compute_dtype on the machine
 at hand (bf16 with AMX or AVX-512 BF16, else fp32: the dtype column says which); full fine-tuning
-checkpoints activations by default (model.gradient_checkpointing=auto, the ckpt column).
+checkpoints activations by default (model.gradient_checkpointing=auto, the ckpt column). `compiled` variants
+set model.compile=true (each block through torch.compile): their first update compiles, so the `update 1 s`
+column (the first update's wall time, not in the steady-state figures) says what compilation costs.
 
 FLOP count per frame (one decision). Notation: P prompt tokens, T action tokens packed after it
 (all candidates together, T ~ 10 for the 6 actions with SmolLM2's tokenizer), d hidden size,
@@ -65,6 +67,10 @@ VARIANTS = {  # model.gradient_checkpointing=auto: on for full fine-tuning, off 
     "bf16 full": ["model.compute_dtype=bfloat16"],
     "fp32 train_layers=4": ["model.compute_dtype=float32", "model.train_layers=4"],
     "bf16 train_layers=4": ["model.compute_dtype=bfloat16", "model.train_layers=4"],
+    "auto full compiled": ["model.compute_dtype=auto", "model.compile=true"],
+    "fp32 full compiled": ["model.compute_dtype=float32", "model.compile=true"],
+    "auto train_layers=4 compiled": ["model.compute_dtype=auto", "model.train_layers=4", "model.compile=true"],
+    "fp32 train_layers=4 compiled": ["model.compute_dtype=float32", "model.train_layers=4", "model.compile=true"],
 }
 
 
@@ -111,6 +117,7 @@ def run_variant(name: str, updates: int, model: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         train(cfg, Path(tmp) / "run", progress=False, say=lambda _: None)
         rows = read_log(Path(tmp) / "run")
+        first_update_s = float(rows[0]["duration"])  # with model.compile, mostly compilation
         rows = rows[1:] or rows  # update 1 warms up (kept when it is the only one)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     loaded = load_model(cfg.model)
@@ -125,6 +132,7 @@ def run_variant(name: str, updates: int, model: str) -> dict:
     achieved = (collect_flops + update_flops) * mean["FPS"]
     executed = (collect_flops + update_flops + recompute_flops) * mean["FPS"]
     return {"variant": name, "dtype": str(dtype).removeprefix("torch."), "checkpointing": checkpointing, **mean,
+            "first_update_s": first_update_s,
             "rss_gb": rss / 1e9, "prompt_tokens": P, "action_tokens": T,
             "gflop_per_frame": (collect_flops + update_flops) / 1e9, "achieved_gflops": achieved / 1e9,
             "matmul_gflops": peak / 1e9, "fraction": achieved / peak, "executed_fraction": executed / peak}
@@ -145,7 +153,8 @@ def main() -> None:
     print(f"GLAM config, {args.model}, {updates} updates of 16 frames per variant, {torch.get_num_threads()} threads; "
           f"steady state = updates 2..{updates}")
     print(f"{'variant':<28}{'dtype':>9}{'ckpt':>6}{'collect f/s':>12}{'update f/s':>11}{'overall f/s':>12}"
-          f"{'peak RSS':>10}{'GFLOP/frame':>12}{'GFLOP/s':>9}{'matmul':>8}{'fraction':>9}{'executed':>9}")
+          f"{'peak RSS':>10}{'GFLOP/frame':>12}{'GFLOP/s':>9}{'matmul':>8}{'fraction':>9}{'executed':>9}"
+          f"{'update 1 s':>11}")
     for name in args.variants:
         done = subprocess.run([sys.executable, "-m", "benchmarks.glam_config", "--child", name, "--updates", str(updates),
                                "--model", args.model], capture_output=True, text=True, cwd=ROOT)
@@ -156,7 +165,7 @@ def main() -> None:
         print(f"{name:<28}{r['dtype']:>9}{'yes' if r['checkpointing'] else 'no':>6}{r['collect_FPS']:>12.3f}"
               f"{r['update_FPS']:>11.3f}{r['FPS']:>12.3f}{r['rss_gb']:>8.2f}GB{r['gflop_per_frame']:>12.0f}"
               f"{r['achieved_gflops']:>9.1f}{r['matmul_gflops']:>8.0f}{r['fraction']:>9.2f}"
-              f"{r['executed_fraction']:>9.2f}", flush=True)
+              f"{r['executed_fraction']:>9.2f}{r['first_update_s']:>11.0f}", flush=True)
     print("GLAM's original code (lamorel), same model/config/machine kind: 0.041 frames/s, 10.4 GB")
 
 

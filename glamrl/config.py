@@ -117,6 +117,10 @@ class ModelConfig:
     activations' memory. auto: true for full fine-tuning (train_layers null, no LoRA), whose activations are most
     of the update's memory; false with LoRA (no weight gradients or Adam state: memory is affordable, update speed
     is kept) and with model.train_layers (K blocks' activations are small)."""
+    compile: bool = False
+    """true: every transformer block runs through torch.compile (inductor, dynamic shapes; glamrl.llm.compiled),
+    in collection and update. The first passes compile for minutes on a CPU (a C++ compiler must be installed);
+    later ones run fused kernels (benchmarks/glam_config.py measures both). Same results as eager mode."""
     device: str = "auto"
     """cpu, cuda, cuda:N or auto (cuda when available)."""
     pretrained: bool = True

@@ -1,5 +1,5 @@
 """The update's numerics: collection and update agree (PPO's ratio is 1 before the first optimiser step), and
-chunked minibatches and activation checkpointing give the plain backward's gradients."""
+chunked minibatches, activation checkpointing and compiled blocks give the plain backward's gradients."""
 
 import numpy as np
 import pytest
@@ -67,14 +67,15 @@ def test_ratio_is_one_with_a_frozen_trunk_cache(name, compute):
     assert dev <= TOLERANCE[compute]
 
 
-def _minibatch_gradients(name: str, grad_accum: int, checkpointing: bool) -> dict[str, torch.Tensor]:
-    """Gradients of one PPO minibatch of 6 prompts of three lengths (tiny model, float32)."""
+PROMPTS = [f"Goal of the agent: go to the red ball \n Observation 0: You see a wall {i} steps left, "
+           + "You see a blue key 1 step forward, " * (i % 3) + "\n Action 0: " for i in range(6)]  # three lengths
+
+
+def _minibatch_gradients(name: str, grad_accum: int = 1, **model) -> dict[str, torch.Tensor]:
+    """Gradients of one PPO minibatch of `PROMPTS` (tiny model, float32, `model` as ModelConfig fields)."""
     torch.manual_seed(0)
-    policy = LLMPolicy(ModelConfig(name=name, device="cpu", compute_dtype="float32",
-                                   gradient_checkpointing=checkpointing))
-    prompts = [f"Goal of the agent: go to the red ball \n Observation 0: You see a wall {i} steps left, "
-               + "You see a blue key 1 step forward, " * (i % 3) + "\n Action 0: " for i in range(6)]
-    batch = Batch(prompts, torch.tensor([0, 1, 2, 3, 4, 5]), torch.full((6,), -1.7), torch.zeros(6),
+    policy = LLMPolicy(ModelConfig(name=name, device="cpu", compute_dtype="float32", **model))
+    batch = Batch(PROMPTS, torch.tensor([0, 1, 2, 3, 4, 5]), torch.full((6,), -1.7), torch.zeros(6),
                   torch.tensor([1.0, -1.0, 0.5, 2.0, -0.5, 0.0]), torch.ones(6), torch.zeros(6, dtype=torch.bool))
     cfg = PPOConfig(grad_accum=grad_accum, minibatch_size=6, norm_adv=True)
     accumulate_gradients(policy, batch, torch.tensor([[5, 0, 3, 1, 4, 2]]), ACTION_NAMES, cfg)
@@ -103,8 +104,8 @@ def _saved_bytes(name: str, checkpointing: bool) -> int:
 @pytest.mark.parametrize(("grad_accum", "checkpointing"), [(3, False), (1, True), (3, True)],
                          ids=["chunked", "checkpointed", "both"])
 def test_chunked_and_checkpointed_gradients_equal_the_plain_backward(name, grad_accum, checkpointing):
-    plain = _minibatch_gradients(name, grad_accum=1, checkpointing=False)
-    got = _minibatch_gradients(name, grad_accum, checkpointing)
+    plain = _minibatch_gradients(name, gradient_checkpointing=False)
+    got = _minibatch_gradients(name, grad_accum, gradient_checkpointing=checkpointing)
     assert got.keys() == plain.keys() and any(g.abs().sum() > 0 for g in plain.values())
     for key, grad in plain.items():
         torch.testing.assert_close(got[key], grad, atol=1e-6, rtol=0, msg=key)
@@ -116,3 +117,25 @@ def test_checkpointing_keeps_fewer_activations_and_leaves_dropout_off(name):
     policy = LLMPolicy(ModelConfig(name=name, device="cpu", gradient_checkpointing=True))
     assert not any(m.training for m in policy.llm.modules() if not getattr(m, "gradient_checkpointing", False))
     assert policy.resolved["model.gradient_checkpointing"].value == "true"
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
+@pytest.mark.parametrize("model", [{"gradient_checkpointing": True}, {"train_layers": 1}],
+                         ids=["full, checkpointed", "train_layers=1"])
+def test_compiled_blocks_give_the_eager_policy_and_gradients(name, model):
+    def policy_and_gradients(compile: bool) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        torch.manual_seed(0)
+        policy = LLMPolicy(ModelConfig(name=name, device="cpu", compute_dtype="float32", compile=compile, **model))
+        with torch.inference_mode():
+            out = policy(PROMPTS, ACTION_NAMES)
+        return out.log_probs, out.values, _minibatch_gradients(name, compile=compile, **model)
+
+    log_probs, values, grads = policy_and_gradients(compile=False)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    got_log_probs, got_values, got_grads = policy_and_gradients(compile=True)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > graphs  # inductor compiled the blocks
+    torch.testing.assert_close(got_log_probs, log_probs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got_values, values, atol=1e-5, rtol=0)
+    assert got_grads.keys() == grads.keys() and any(g.abs().sum() > 0 for g in grads.values())
+    for key, grad in grads.items():
+        torch.testing.assert_close(got_grads[key], grad, atol=1e-6, rtol=0, msg=key)

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from glamrl.config import ModelConfig, Resolved
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.errors import GlamrlError
+from glamrl.llm.compiled import compile_blocks
 from glamrl.llm.exported import read_heads, read_manifest
 from glamrl.llm.heads import ActionHeads, ValueHead
 from glamrl.llm.loading import load_model
@@ -61,6 +62,8 @@ class LLMPolicy(nn.Module):
         trained_blocks = freeze_trunk(loaded.model, loaded.is_seq2seq, config.train_layers) \
             if config.train_layers else None
         self.llm = apply_lora(loaded.model, config, trained_blocks) if config.lora else loaded.model
+        if config.compile:
+            compile_blocks(self.llm)
         self.trunk = FrozenTrunk(loaded.model, loaded.is_seq2seq, trained_blocks[0], DTYPES[config.cache_dtype],
                                  budget_bytes=config.trunk_cache_mb * 2**20) if trained_blocks else None
         self.scorer = ActionScorer(base_model(self.llm), loaded.tokenizer, loaded.is_seq2seq,
