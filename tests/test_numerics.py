@@ -1,7 +1,6 @@
 """The update's numerics: collection and update agree (PPO's ratio is 1 before the first optimiser step), and
 chunked minibatches, activation checkpointing and compiled blocks give the plain backward's gradients."""
 
-import numpy as np
 import pytest
 import torch
 
