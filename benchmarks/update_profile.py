@@ -24,8 +24,9 @@ unprofiled time of as many minibatches is printed first; the shares are of the p
 of the same process (a 2048^2 fp32 matmul, as glam_config.py) puts the matmul share in context:
 its achieved GFLOP/s is the FLOPs the aten::mm family executed over their time.
 
---compile: the language model's forward compiled with torch.compile (inductor, dynamic shapes);
-prints the compile time (the first minibatch) and the steady minibatch time against eager.
+--compile: the blocks compiled as `model.compile=true` compiles them (`glamrl.llm.compiled.compile_blocks`:
+each block through torch.compile, inductor, dynamic shapes); prints the compile time (the first minibatch) and
+the steady minibatch time against eager.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.glam_config import matmul_flops
+from glamrl.llm.compiled import compile_blocks
 from benchmarks.update_memory import glam_update
 from glamrl.rl.ppo import accumulate_gradients
 
@@ -85,7 +87,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--minibatches", type=int, default=4)
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--compile", action="store_true", help="also measure torch.compile of the model's forward")
+    parser.add_argument("--compile", action="store_true", help="also measure model.compile (torch.compile of each block)")
     args = parser.parse_args()
     setup = glam_update(args.model, args.overrides)
     cfg, policy = setup[0], setup[1]
@@ -120,8 +122,7 @@ def main() -> None:
 
     if args.compile:
         eager = timed_minibatches(args.minibatches, *setup)
-        model = policy.scorer.model.model  # the decoder stack the scorer calls (base_model)
-        model.compile(dynamic=True)
+        compile_blocks(policy.llm)
         start = time.perf_counter()
         minibatch(*setup)
         first = time.perf_counter() - start
