@@ -119,8 +119,8 @@ class ModelConfig:
     is kept) and with model.train_layers (K blocks' activations are small)."""
     compile: bool = False
     """true: every transformer block runs through torch.compile (inductor, dynamic shapes; glamrl.llm.compiled),
-    in collection and update. The first passes compile for minutes on a CPU (a C++ compiler must be installed);
-    later ones run fused kernels (benchmarks/glam_config.py measures both). Same results as eager mode."""
+    in collection and update. The first passes compile (seconds with SmolLM2 on a CPU; a C++ compiler must be
+    installed), later ones run fused kernels (benchmarks/glam_config.py measures both). Same results as eager."""
     device: str = "auto"
     """cpu, cuda, cuda:N or auto (cuda when available)."""
     pretrained: bool = True
