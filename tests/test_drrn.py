@@ -59,6 +59,24 @@ def test_word_vocabulary_maps_unknown_words_to_unk_and_keeps_the_last_words():
     assert encoded[1, 2].item() == 0  # right-padded
 
 
+def test_the_tokenizer_sizes_the_embedding_and_only_subwords_tell_unknown_words_apart():
+    from glamrl.config import ConfigError
+    from glamrl.envs.subwords import subword_tokenizer
+
+    names = ("rotate left", "dax", "xolo", "chaise", "go forward", "toggle")
+    rows = {}
+    for tokenizer, size in [("subword", subword_tokenizer().get_vocab_size()), ("word", len(VOCABULARY))]:
+        network = DRRNetwork(DRRNConfig(embedding_dim=8, hidden_size=8, tokenizer=tokenizer))
+        assert network.embedding.num_embeddings == size
+        agent = DRRNAgent(network, 1, names, nbr_obs=1)
+        rows[tokenizer] = {tuple(row.tolist()) for row in agent.action_ids}
+        assert int(agent.action_ids.max()) < size
+    assert len(rows["subword"]) == 6 and len(rows["word"]) == 4  # dax, xolo, chaise: all one <unk> word
+    assert DRRNConfig().tokenizer == "subword"
+    with pytest.raises(ConfigError, match="drrn.tokenizer must be one of subword, word, got 'bpe'"):
+        DRRNConfig(tokenizer="bpe")
+
+
 def test_replay_memory_overwrites_the_oldest_and_round_trips():
     memory = ReplayMemory(capacity=5, obs_len=2)
     for start in (0, 3):
@@ -69,6 +87,21 @@ def test_replay_memory_overwrites_the_oldest_and_round_trips():
     copy = ReplayMemory(capacity=5, obs_len=2)
     copy.load_state_dict(memory.state_dict())
     assert torch.equal(copy.obs, memory.obs) and copy.pos == memory.pos == 1
+
+
+def test_replay_storage_grows_with_what_it_holds_up_to_capacity():
+    # GLAM's 1.5M-frame memory of 512-token texts: 3.1 GB of int16 ids once full, nothing up front
+    memory = ReplayMemory(capacity=DRRNConfig().replay_size, obs_len=512)
+    assert memory.obs.numel() == 0 and memory.obs.dtype == torch.int16
+    n = 5000
+    obs = torch.randint(0, 30000, (n, 512))
+    memory.add(obs, torch.zeros(n, dtype=torch.long), torch.ones(n), obs + 1, torch.zeros(n, dtype=torch.bool))
+    assert len(memory.obs) == n and torch.equal(memory.obs[:n].long(), obs)  # int16 holds ids < 32768
+    memory.add(obs[:10], torch.zeros(10, dtype=torch.long), torch.ones(10), obs[:10], torch.zeros(10, dtype=torch.bool))
+    assert len(memory.obs) == 2 * n and len(memory) == n + 10                              # doubled, not 1.5M rows
+    with pytest.raises(ValueError, match="int16"):
+        memory.add(obs[:1] + 40000, torch.zeros(1, dtype=torch.long), torch.ones(1), obs[:1],
+                   torch.zeros(1, dtype=torch.bool))
 
 
 def test_drrn_learns_to_turn_towards_the_object_and_beats_random_on_the_same_seeds(tmp_path):
@@ -107,21 +140,27 @@ def test_encoded_texts_keep_the_head_whole_and_cut_the_oldest_words():
     assert [VOCABULARY[i] for i in encoded[1]] == ["the", "red", "ball", "key"]
 
 
-@pytest.mark.parametrize("level", ["BabyAI-MixedTrainLocal-v0", "BabyAI-MixedTestLocal-v0"])
-def test_every_encoded_input_contains_the_mission_and_the_newest_observation(level):
+@pytest.mark.parametrize("level, tokenizer", [("BabyAI-MixedTrainLocal-v0", "subword"),
+                                              ("BabyAI-MixedTestLocal-v0", "subword"),
+                                              ("BabyAI-MixedTrainLocal-v0", "word")])
+def test_every_encoded_input_contains_the_mission_and_the_newest_observation(level, tokenizer):
     # 500 states of random play (the prompts are ~220 words, up to ~470): with a budget shorter than
     # most texts the action list, the goal and the newest description must all survive the cut.
     envs = make_vector_env(level, 5)
-    network = DRRNetwork(DRRNConfig(embedding_dim=8, hidden_size=8, max_tokens=120))
+    network = DRRNetwork(DRRNConfig(embedding_dim=8, hidden_size=8, max_tokens=120, tokenizer=tokenizer))
     agent = DRRNAgent(network, 5, ACTION_NAMES, nbr_obs=3, exploration=Exploration("softmax"), seed=0)
+
+    def read(text: str) -> list[int]:  # the whole text's ids
+        return [i for i in network.encode_texts([text], 2048, None)[0].tolist() if i != PAD]
+
     obs, _ = envs.reset(seed=5)
     for _ in range(100):
         ids = agent.encode(obs, range(5))                                      # (5, 120)
         for i, (row, mission, sentences) in enumerate(zip(ids.tolist(), obs["mission"], obs["descriptions"])):
             words = [w for w in row if w != PAD]
-            head = word_ids(build_prompt(ACTION_NAMES, mission, [], []))
+            head = read(build_prompt(ACTION_NAMES, mission, [], []))
             assert words[: len(head)] == head                                  # action list and goal, whole
-            newest = word_ids(agent.histories[i].prompt(ACTION_NAMES, mission, sentences))[-10:]
+            newest = read(agent.histories[i].prompt(ACTION_NAMES, mission, sentences))[-10:]
             assert words[-10:] == newest                                       # the current observation's end
         s = step(envs, agent, obs)
         agent.end_episodes(s.done)
@@ -161,3 +200,18 @@ def test_drrn_with_softmax_exploration_and_plain_q_target_learns_to_turn(tmp_pat
     result = train_drrn(cfg, tmp_path / "run", progress=False, say=lambda _: None)
     print(f"DRRN softmax {result.success_before:.2f} -> {result.success_after:.2f}")
     assert result.success_after >= 0.9
+
+
+@pytest.mark.parametrize("bootstrap", [False, True])
+def test_drrn_time_outs_are_terminal_unless_bootstrapped(tmp_path, bootstrap):
+    # GoToObjS4 cut after two steps: most episodes time out; GLAM's Q target treats a time-out as the end
+    run = tmp_path / "run"
+    kept = [o for o in TINY if not o.startswith(("drrn.log_every=", "drrn.learning_starts=", "env.id="))]
+    train_drrn(load_train_config(None, [*kept, "env.id=BabyAI-GoToObjS4-v0", "env.max_steps=2", "drrn.log_every=160", "drrn.learning_starts=80",
+                                        "drrn.total_frames=160", f"drrn.bootstrap_truncation={str(bootstrap).lower()}"]),
+               run, progress=False, say=lambda _: None)
+    state = load_checkpoint(run)
+    ends = int(state["replay"]["terminated"][:state["replay"]["size"]].sum())
+    episodes = state["episodes"]
+    assert episodes >= 60  # 8 envs x 20 steps, episodes of at most 2 steps
+    assert (ends == episodes) if not bootstrap else (ends < episodes)

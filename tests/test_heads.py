@@ -79,8 +79,8 @@ def test_value_head_init_standardized_in_a_training_run(tmp_path):
     torch.set_num_threads(1)
     cfg = load_train_config(None, ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "model.name=tiny-llama",
                                    "model.device=cpu", "prompt.nbr_obs=1", "ppo.num_steps=8", "ppo.minibatch_size=16",
-                                   "ppo.epochs=1", "ppo.total_frames=32", "run.eval_episodes=0",
-                                   "run.tensorboard=false", "model.value_head_init=standardized"])
+                                   "ppo.epochs=1", "ppo.total_frames=64", "run.eval_episodes=0",
+                                   "run.tensorboard=false", "model.value_head_init=standardized"])  # 2 updates
     torch.manual_seed(cfg.env.seed)
     fresh = LLMPolicy(cfg.model).value_head.mlp[0].weight
     train(cfg, tmp_path / "run", progress=False, say=lambda _: None)

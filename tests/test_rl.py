@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -30,6 +31,87 @@ def test_gae_without_episode_end_is_discounted_td_sum():
     no = torch.zeros(T, 2, dtype=torch.bool)
     adv, _ = compute_gae(r, v, no, no, v, torch.zeros(2), 0.5, 1.0)
     assert adv[:, 0].tolist() == pytest.approx([1.75, 1.5, 1.0])
+
+
+def _two_env_rollout():
+    """2 envs, 3 steps: env 0 times out at t=1 (reward 0); env 1 succeeds at t=0 (reward 2), then runs on."""
+    from glamrl.rl.buffer import RolloutBuffer
+
+    buffer = RolloutBuffer(3, 2)
+    values = [[0.5, 0.4], [0.3, 0.2], [0.6, 0.1]]
+    for t, (rewards, terminated, truncated) in enumerate([([0.0, 2.0], [False, True], [False, False]),
+                                                          ([0.0, 0.0], [False, False], [True, False]),
+                                                          ([1.0, 0.0], [False, False], [False, False])]):
+        buffer.add(t, ["p0", "p1"], np.zeros(2, dtype=int), torch.zeros(2), torch.tensor(values[t]),
+                   np.array(rewards), np.array(terminated), np.array(truncated))
+    buffer.final_values[1, 0] = 0.9  # V(final observation) of env 0's time-out
+    return buffer, torch.tensor([0.7, 0.8])  # V(s_T)
+
+
+@pytest.mark.parametrize("bootstrap", [False, True])
+def test_time_outs_end_the_return_unless_bootstrapped(bootstrap):
+    from glamrl.rl.value_norm import NoValueNorm
+    from glamrl.train.ppo import rollout_batch
+
+    buffer, next_value = _two_env_rollout()
+    batch, _ = rollout_batch(buffer, next_value, NoValueNorm(),
+                             PPOConfig(gamma=0.9, gae_lambda=0.5, bootstrap_truncation=bootstrap))
+    adv = batch.advantages.reshape(3, 2)
+    # env 0: t=2: 1 + 0.9*0.7 - 0.6 = 1.03. t=1 (time-out): 0 + 0.9*F - 0.3, F = 0 (terminal) or 0.9 (bootstrapped),
+    # no flow from t=2. t=0: 0 + 0.9*0.3 - 0.5 + 0.9*0.5*A1
+    a1 = (0.9 * 0.9 if bootstrap else 0.0) - 0.3
+    env0 = [0.27 - 0.5 + 0.45 * a1, a1, 1.03]
+    # env 1: t=0 terminal success: 2 - 0.4 = 1.6. t=2: 0.9*0.8 - 0.1 = 0.62. t=1: 0.9*0.1 - 0.2 + 0.45*0.62 = 0.169
+    env1 = [1.6, 0.169, 0.62]
+    assert adv[:, 0].tolist() == pytest.approx(env0, abs=1e-6) and adv[:, 1].tolist() == pytest.approx(env1, abs=1e-6)
+    torch.testing.assert_close(batch.returns, batch.advantages + buffer.values.reshape(-1))
+
+
+def test_the_clipped_value_loss_keeps_the_plain_gradient_inside_the_band_when_statistics_move():
+    # the statistics move far more than clip_eps between collection and update (returns jump from about 0 to
+    # about 10): the value loss's band must still hold the head's output as the update starts
+    from glamrl.rl.value_norm import ValueNormalizer
+    from glamrl.train.ppo import rollout_batch
+
+    norm = ValueNormalizer(decay=0.9)
+    norm.update(torch.tensor([0.0, 0.1, -0.1, 0.05]))
+    before = norm.stats()
+    buffer, next_value = _two_env_rollout()
+    buffer.rewards *= 10
+    batch, _ = rollout_batch(buffer, next_value, norm, PPOConfig(gamma=0.9))
+    # V_old re-expressed in the new statistics lies outside a band of clip_eps around the head's output
+    assert ((norm.normalize(buffer.values * before[1] + before[0]) - buffer.values).abs() > 0.2).all()
+    head = buffer.values.reshape(-1).clone().requires_grad_()  # the head's output as the update starts
+    args = dict(log_probs=torch.full((6, 2), 0.5).log(), actions=torch.zeros(6, dtype=torch.long),
+                old_log_probs=torch.full((6,), 0.5).log(), old_values=batch.values, advantages=batch.advantages,
+                returns=batch.returns)
+    clipped = ppo_loss(values=head, cfg=PPOConfig(), **args)
+    plain = ppo_loss(values=head, cfg=PPOConfig(clip_value=False), **args)
+    g_clipped, g_plain = (torch.autograd.grad(x.value_loss, head)[0] for x in (clipped, plain))
+    assert (g_plain != 0).all()
+    torch.testing.assert_close(g_clipped, g_plain)
+
+
+def test_rollout_values_come_from_the_standardised_head():
+    from glamrl.llm.policy import LLMPolicy
+    from glamrl.rl.buffer import RolloutBuffer
+    from glamrl.train.ppo import standardize_value_head
+
+    torch.manual_seed(0)
+    policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"))
+    prompts = [[f"Goal of the agent: go to the {c} ball \\n Observation 0: You see a wall {n} steps forward, "
+                f"\\n Action 0: " for c in ("red", "blue")] for n in range(1, 4)]
+    buffer = RolloutBuffer(3, 2)
+    with torch.inference_mode():
+        for t, row in enumerate(prompts):
+            buffer.add(t, row, np.zeros(2, dtype=int), torch.zeros(2), policy.values(row).float(),
+                       np.zeros(2), np.zeros(2, dtype=bool), np.array([False, t == 1]))
+        stored = buffer.values.clone()
+        standardize_value_head(policy, buffer, [(1, np.array([1]), ["a final prompt"])])
+        new = torch.stack([policy.values(row).float() for row in prompts])
+        torch.testing.assert_close(buffer.values, new)
+        torch.testing.assert_close(buffer.final_values[1, 1:], policy.values(["a final prompt"]).float())
+    assert not torch.allclose(stored, new)
 
 
 def test_ppo_loss_on_a_hand_computed_minibatch():

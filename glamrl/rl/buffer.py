@@ -20,7 +20,7 @@ class Batch:
     inputs: list[Any]          # (B,) what each decision read (`Decision.inputs`)
     actions: torch.Tensor      # (B,) int64
     log_probs: torch.Tensor    # (B,) log pi_old(a | s)
-    values: torch.Tensor       # (B,) V_old(s)
+    values: torch.Tensor       # (B,) V_old(s), in the value head's units at collection
     advantages: torch.Tensor   # (B,)
     returns: torch.Tensor      # (B,)
     resets: torch.Tensor       # (B,) bool: a new episode starts here (the env was done at the step before)
@@ -46,7 +46,7 @@ class RolloutBuffer:
         self.rewards = torch.zeros(T, N)
         self.terminated = torch.zeros(T, N, dtype=torch.bool)
         self.truncated = torch.zeros(T, N, dtype=torch.bool)
-        self.final_values = torch.zeros(T, N)  # V(final observation) where truncated
+        self.final_values = torch.zeros(T, N)  # V(final observation) where truncated (ppo.bootstrap_truncation)
 
     def add(self, t: int, inputs: list[Any], actions: np.ndarray, log_probs: torch.Tensor, values: torch.Tensor,
             rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
@@ -57,8 +57,8 @@ class RolloutBuffer:
         self.terminated[t], self.truncated[t] = torch.as_tensor(terminated), torch.as_tensor(truncated)
         self.final_values[t] = 0.0
 
-    def flatten(self, advantages: torch.Tensor, returns: torch.Tensor, values: torch.Tensor | None = None) -> Batch:
-        """(T, N) -> (T * N,), step-major. `values` replaces the stored V_old(s) (in the value loss's units).
+    def flatten(self, advantages: torch.Tensor, returns: torch.Tensor) -> Batch:
+        """(T, N) -> (T * N,), step-major; `returns` in the value head's units, values as the head gave them.
 
         `resets` at step 0 is False: a sequence always starts there, from the memory the agent stored
         (already cleared if an episode started).
@@ -69,7 +69,7 @@ class RolloutBuffer:
             inputs=[item for row in self.inputs for item in row],
             actions=self.actions.reshape(-1),
             log_probs=self.log_probs.reshape(-1),
-            values=(self.values if values is None else values).reshape(-1),
+            values=self.values.reshape(-1),
             advantages=advantages.reshape(-1),
             returns=returns.reshape(-1),
             resets=resets.reshape(-1),

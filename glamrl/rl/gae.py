@@ -8,7 +8,7 @@ import torch
 def compute_gae(
     rewards: torch.Tensor,       # (T, N) rewards of each step
     values: torch.Tensor,        # (T, N) V(s_t)
-    terminated: torch.Tensor,    # (T, N) bool: the episode ended at step t for good
+    terminated: torch.Tensor,    # (T, N) bool: the episode's return ends at step t (a time-out too, unless bootstrapped)
     truncated: torch.Tensor,     # (T, N) bool: the episode was cut at step t (time limit)
     final_values: torch.Tensor,  # (T, N) V(final observation) where truncated, anything elsewhere
     next_value: torch.Tensor,    # (N,) V(s_T), the state after the last collected step
@@ -17,9 +17,10 @@ def compute_gae(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns, each (T, N).
 
-    After a termination the future is worth 0; after a truncation it is worth
-    V(final observation) (bootstrapped); otherwise it is V(s_{t+1}). No advantage
-    flows across an episode boundary of either kind.
+    After a termination the future is worth 0; after a truncation that is not also a
+    termination it is worth V(final observation) (bootstrapped); otherwise it is V(s_{t+1}).
+    No advantage flows across an episode boundary of either kind. A caller that treats a
+    time-out as the end of the task (GLAM, BabyAI) passes terminated | truncated.
     """
     T = rewards.shape[0]
     advantages = torch.zeros_like(rewards)

@@ -29,9 +29,9 @@ def ppo_loss(
     values: torch.Tensor,         # (B,) new V(s)
     actions: torch.Tensor,        # (B,) int64 actions taken
     old_log_probs: torch.Tensor,  # (B,) log pi_old(a | s) at collection
-    old_values: torch.Tensor,     # (B,) V_old(s) at collection
+    old_values: torch.Tensor,     # (B,) V_old(s): the head's output at collection, in the head's units
     advantages: torch.Tensor,     # (B,)
-    returns: torch.Tensor,        # (B,) GAE targets
+    returns: torch.Tensor,        # (B,) GAE targets, in the head's units now (ppo.value_norm's new statistics)
     cfg: PPOConfig,
 ) -> PPOLoss:
     """PPO's loss on one minibatch, averaged over it (the value loss clipped as GLAM does, unless cfg.clip_value is off)."""

@@ -8,11 +8,22 @@ debiased exponential moving averages of the returns' mean and second moment, upd
 rollout (as MAPPO's ValueNorm; without PopArt's output-preserving rescaling). Advantages are
 computed in the returns' own units from denormalised values, so the policy's update is unchanged
 by the choice.
+
+Value clipping under normalisation: the statistics move between the collection of a rollout and
+its update, so V_old re-expressed in the new statistics is not where the head starts. The clip
+band is therefore centred on the head's own output at collection, in the head's units, and the
+targets are normalised with the new statistics (as MAPPO does): inside the band the clipped loss
+is the plain one, whatever the statistics did.
+
+`make_value_normalizer` gives `NoValueNorm` when ppo.value_norm is off: the same calls, each the
+identity, so the training loop has no branch for the choice.
 """
 
 from __future__ import annotations
 
 import torch
+
+from glamrl.config import PPOConfig
 
 
 class ValueNormalizer:
@@ -49,8 +60,48 @@ class ValueNormalizer:
         mean, std = self.stats()
         return x * std + mean
 
+    def metrics(self) -> dict[str, float]:
+        """The statistics as log columns."""
+        mean, std = self.stats()
+        return {"value_mean": mean, "value_std": std}
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"mean": self.mean, "mean_sq": self.mean_sq, "weight": self.weight}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.mean, self.mean_sq, self.weight = state["mean"], state["mean_sq"], state["weight"]
+
+    def checkpoint_extra(self) -> dict[str, dict[str, torch.Tensor]]:
+        """What a PPO checkpoint keeps of the normaliser (its `extra` entries)."""
+        return {"value_norm": self.state_dict()}
+
+    def restore(self, extra: dict[str, object]) -> None:
+        """Reload the statistics from a checkpoint's `extra` entries."""
+        self.load_state_dict(extra["value_norm"])
+
+
+class NoValueNorm:
+    """ppo.value_norm off: the head speaks the returns' units; every map is the identity, nothing is kept."""
+
+    def update(self, returns: torch.Tensor) -> None:
+        pass
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def checkpoint_extra(self) -> dict[str, dict[str, torch.Tensor]]:
+        return {}
+
+    def restore(self, extra: dict[str, object]) -> None:
+        pass
+
+
+def make_value_normalizer(p: PPOConfig) -> ValueNormalizer | NoValueNorm:
+    """The value-target normalisation ppo.value_norm asks for."""
+    return ValueNormalizer(p.value_norm_decay) if p.value_norm else NoValueNorm()

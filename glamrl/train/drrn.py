@@ -106,10 +106,11 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
             s = step(envs, agent, obs)
             next_ids = agent.encode(s.next_obs, range(N))                 # (N, L), histories still hold o
             cut = np.flatnonzero(s.truncated & ~s.terminated)
-            if len(cut):  # a time-limit cut bootstraps from the episode's final observation
+            if d.bootstrap_truncation and len(cut):  # a time-limit cut bootstraps from the final observation
                 next_ids[cut] = agent.encode(s.final_obs(cut), cut)
+            ended = s.terminated if d.bootstrap_truncation else s.done  # a time-out is terminal, as in GLAM
             memory.add(torch.stack(s.decision.inputs), torch.as_tensor(s.decision.actions),
-                       torch.as_tensor(s.rewards * d.reward_scale), next_ids, torch.as_tensor(s.terminated))
+                       torch.as_tensor(s.rewards * d.reward_scale), next_ids, torch.as_tensor(ended))
             agent.end_episodes(s.done)
             finished += s.episodes
             obs = s.next_obs

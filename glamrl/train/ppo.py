@@ -24,11 +24,12 @@ from glamrl.agents.factory import AgentKindError, make_agent, make_model
 from glamrl.config import PPOConfig, TrainConfig
 from glamrl.errors import GlamrlError
 from glamrl.eval.probes import read_run_probes, start_probe_log
+from glamrl.llm.policy import LLMPolicy
 from glamrl.parallel import distributed, sharding
-from glamrl.rl.buffer import RolloutBuffer
+from glamrl.rl.buffer import Batch, RolloutBuffer
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients
-from glamrl.rl.value_norm import ValueNormalizer
+from glamrl.rl.value_norm import NoValueNorm, ValueNormalizer, make_value_normalizer
 from glamrl.rollout import step
 from glamrl.run.checkpoint import Progress
 from glamrl.run.dir import holds_run_lock
@@ -68,15 +69,15 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     # weights at every step: 0.55 GB for SmolLM2, the update's largest transient); FSDP's DTensor shards: foreach
     optimizer = torch.optim.Adam(parameter_groups(policy, p), betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps,
                                  fused=not sharding.is_sharded(policy))
-    value_norm = ValueNormalizer(p.value_norm_decay) if p.value_norm else None
+    value_norm = make_value_normalizer(p)  # the identity unless ppo.value_norm
     agent = make_agent(cfg, policy, envs)
     probe_set = read_run_probes(cfg)
 
     # ---- resume (weights, optimizer, RNGs, value statistics) and start every rank from the same weights; then
     # record the config (all of the above could be built and restored), evaluate a new run, open the log
     update, frames, episodes, duration = session.restore(policy, optimizer)
-    if value_norm is not None and session.resumed is not None:
-        value_norm.load_state_dict(session.resumed.extra["value_norm"])
+    if session.resumed is not None:
+        value_norm.restore(session.resumed.extra)
     sharding.replicate(policy)  # every rank from rank 0's (seeded or restored) weights
     if ranks.active:  # each rank samples its own actions and minibatches
         seed_everything(cfg.env.seed + 7919 * (update * K + ranks.rank))
@@ -100,6 +101,8 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
 
         # ---- 1. collect T steps in N envs (with model.train_layers, the frozen trunk's output is kept),
         # then V(last observation) for the bootstrap; a sharded policy acts on its gathered weights
+        standardize = update == 0 and cfg.agent.kind == "llm" and cfg.model.value_head_init == "standardized"
+        final_prompts = []  # with standardize: (t, envs, prompts) of the time-outs bootstrapped
         with sharding.gathered(policy):
             with policy.collecting():
                 for t in range(T):
@@ -108,34 +111,25 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                     buffer.add(t, d.inputs, d.actions, d.log_probs, d.values, s.rewards * p.reward_scale,
                                s.terminated, s.truncated)
                     cut = np.flatnonzero(s.truncated & ~s.terminated)
-                    if len(cut):  # bootstrap a time-limit cut from V(final observation)
+                    if p.bootstrap_truncation and len(cut):  # V(final observation) continues a time-limit cut
                         buffer.final_values[t, cut] = agent.values(s.final_obs(cut), cut)
+                        if standardize:  # valued again below, by the standardised head
+                            final_prompts.append((t, cut, agent.prompts(s.final_obs(cut), cut)))
                     agent.end_episodes(s.done)
                     finished += s.episodes
                     obs = s.next_obs
-            next_value = agent.values(obs, range(N))                                   # (N,)
-        if update == 0 and cfg.agent.kind == "llm" and cfg.model.value_head_init == "standardized":
-            policy.standardize_value_head([x for row in buffer.inputs for x in row])  # from the first rollout
-            distributed.broadcast_parameters(policy.value_head)                       # rank 0's, on every rank
+                if standardize:
+                    standardize_value_head(policy, buffer, final_prompts)
+                next_value = agent.values(obs, range(N))                                   # (N,)
         frames += frames_per_update
         finished = distributed.gather_lists(finished)                                 # every rank's episodes
         episodes += len(finished)
         recent.extend(e.success for e in finished)
         collect_time = time.time() - update_start
 
-        # ---- 2. bootstrap value if not done, then GAE, in the returns' units (with ppo.value_norm the
-        # value head speaks normalised units: denormalise its values, then fold the returns into the statistics)
-        real = value_norm.denormalize if value_norm is not None else (lambda v: v)
-        values = real(buffer.values)                                                   # (T, N)
-        advantages, returns = compute_gae(buffer.rewards, values, buffer.terminated, buffer.truncated,
-                                          real(buffer.final_values), real(next_value), p.gamma, p.gae_lambda)
-        explained = explained_variance(returns, values)
-        if value_norm is not None:
-            value_norm.update(torch.cat(distributed.gather_objects(returns)))          # the same on every rank
-            values, returns = value_norm.normalize(values), value_norm.normalize(returns)  # the value loss's units
-
-        # ---- 3. flatten the batch: (T, N) -> (T * N,), and copy it once to the model's device
-        batch = buffer.flatten(advantages, returns, values)
+        # ---- 2. bootstrap value if not done, then GAE in the returns' units; fold the returns into the value
+        # statistics (ppo.value_norm); 3. flatten the batch: (T, N) -> (T * N,)
+        batch, explained = rollout_batch(buffer, next_value, value_norm, p)
         b_device = batch.to(device)
 
         # ---- 4. optimise the policy and value over epochs of minibatches of whole sequences: R consecutive
@@ -169,7 +163,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                             [e.success for e in finished]),
             **dict(zip(LOSS_TERMS, losses.tolist())),
             "explained_variance": explained,
-            **({"value_mean": value_norm.stats()[0], "value_std": value_norm.stats()[1]} if value_norm else {}),
+            **value_norm.metrics(),
             "first_ratio_dev": max(st["ratio_dev"] for st in stats[:p.grad_accum]),
         }
         if probe_set is not None:  # every rank gathers a sharded policy's weights, rank 0 records
@@ -183,7 +177,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         session.log(metrics)
         if update % cfg.run.checkpoint_every == 0 or frames >= p.total_frames or stop:
             session.save(policy, optimizer, Progress(update, frames, episodes, metrics["duration"]),
-                         extra={"value_norm": value_norm.state_dict()} if value_norm is not None else None)
+                         extra=value_norm.checkpoint_extra())
         bar.update(frames_per_update)
         if recent:
             bar.set_postfix(fps=f"{metrics['FPS']:.1f}", success=f"{np.mean(recent):.2f}")
@@ -191,6 +185,40 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     envs.close()
 
     return session.finish(policy, update, frames, success_before)
+
+
+def rollout_batch(buffer: RolloutBuffer, next_value: torch.Tensor, value_norm: ValueNormalizer | NoValueNorm,
+                  p: PPOConfig) -> tuple[Batch, float]:
+    """A collected rollout as one training batch, and the explained variance of its returns by its values.
+
+    GAE runs in the returns' units: the head's values (T, N) were given in the value statistics of before
+    this rollout (without ppo.value_norm: the returns' units). A time-out ends the return, as in GLAM and
+    BabyAI, unless ppo.bootstrap_truncation continues it from V(final observation). The returns then enter
+    the statistics (on every rank alike), and the batch carries them in the head's new units as the value
+    loss's targets, with the head's own outputs at collection as the centre of its clip band
+    (glamrl/rl/value_norm.py says why).
+    """
+    values = value_norm.denormalize(buffer.values)                                      # (T, N)
+    ended = buffer.terminated if p.bootstrap_truncation else buffer.terminated | buffer.truncated
+    advantages, returns = compute_gae(buffer.rewards, values, ended, buffer.truncated,
+                                      value_norm.denormalize(buffer.final_values), value_norm.denormalize(next_value),
+                                      p.gamma, p.gae_lambda)
+    explained = explained_variance(returns, values)
+    value_norm.update(torch.cat(distributed.gather_objects(returns)))
+    return buffer.flatten(advantages, value_norm.normalize(returns)), explained
+
+
+@torch.no_grad()  # not inference mode: the buffer is written in place by the next rollout
+def standardize_value_head(policy: LLMPolicy, buffer: RolloutBuffer,
+                           final_prompts: list[tuple[int, np.ndarray, list[str]]]) -> None:
+    """model.value_head_init=standardized: the head's first layer from the first rollout's states (rank 0's on
+    every rank), then that rollout's values, those of its bootstrapped time-outs included, from the new head."""
+    T, N = buffer.values.shape
+    policy.standardize_value_head([x for row in buffer.inputs for x in row])
+    distributed.broadcast_parameters(policy.value_head)
+    buffer.values = policy.values([x for row in buffer.inputs for x in row]).float().cpu().reshape(T, N)
+    for t, cut, prompts in final_prompts:
+        buffer.final_values[t, cut] = policy.values(prompts).float().cpu()
 
 
 def parameter_groups(policy: ActorCriticNetwork, p: PPOConfig) -> list[dict[str, Any]]:
