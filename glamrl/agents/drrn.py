@@ -1,9 +1,10 @@
 """DRRN (He et al. 2016): Q(o, a) from a GRU encoding of the observation text and one of the action's text.
 
 The observation text is GLAM's prompt, as GLAM's DRRN read it: the action list, the goal
-and the last `nbr_obs` descriptions with the actions between them, as words of
-BabyAI-Text's closed vocabulary (`glamrl.envs.vocabulary`; unknown words read `<unk>`).
-A text longer than `max_tokens` words keeps its head (action list and goal) whole and
+and the last `nbr_obs` descriptions with the actions between them, read by `drrn.tokenizer`:
+subword pieces (`glamrl.envs.subwords`: one per word of BabyAI-Text, an unknown word spelled
+out) or the closed word vocabulary (`glamrl.envs.vocabulary`: an unknown word reads `<unk>`).
+A text longer than `max_tokens` pieces keeps its head (action list and goal) whole and
 loses its oldest observations first. Each action's name is encoded by a second GRU; an
 MLP over the pair gives Q. The agent owns the action names: the ones its text lists are
 the ones it encodes and scores. It acts by sampling softmax(Q / temperature), as GLAM's
@@ -13,7 +14,7 @@ memory, Q-learning) lives in `glamrl/train/drrn.py`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +24,21 @@ from torch import Tensor, nn
 
 from glamrl.agents.base import Decision, WholeNetwork
 from glamrl.config import DRRNConfig
+from glamrl.envs.subwords import encode_subwords, subword_tokenizer
 from glamrl.envs.vocabulary import PAD, VOCABULARY, encode_texts
 from glamrl.prompts import PromptHistory, build_prompt
 
-ACTION_TOKENS = 8  # words of an action name kept by the action encoder
+ACTION_TOKENS = 16  # pieces of an action name kept by the action encoder (a spelled-out word takes one per letter)
+
+TextEncoder = Callable[[Sequence[str], int, Sequence[str] | None], Tensor]
+"""(texts, max_tokens, heads) -> (len(texts), max_tokens) ids: `glamrl.envs.vocabulary.encode_texts`'s contract."""
+
+
+def text_encoder(tokenizer: str) -> tuple[int, TextEncoder]:
+    """The vocabulary size and the encoder of `drrn.tokenizer` (subword or word)."""
+    if tokenizer == "word":
+        return len(VOCABULARY), encode_texts
+    return subword_tokenizer().get_vocab_size(), encode_subwords
 
 
 @dataclass(frozen=True)
@@ -56,13 +68,14 @@ class DRRNetwork(WholeNetwork):
         super().__init__()
         self.config = config
         E, H = config.embedding_dim, config.hidden_size
-        self.embedding = nn.Embedding(len(VOCABULARY), E, padding_idx=PAD)
+        vocab_size, self.encode_texts = text_encoder(config.tokenizer)  # the ids its embedding table reads
+        self.embedding = nn.Embedding(vocab_size, E, padding_idx=PAD)
         self.obs_encoder = nn.GRU(E, H, batch_first=True)
         self.action_encoder = nn.GRU(E, H, batch_first=True)
         self.q_head = nn.Sequential(nn.Linear(2 * H, H), nn.ReLU(), nn.Linear(H, 1))
 
     def _encode(self, gru: nn.GRU, ids: Tensor) -> Tensor:
-        """(B, L) right-padded ids -> (B, H) GRU state at each sequence's last word."""
+        """(B, L) right-padded ids -> (B, H) GRU state at each sequence's last piece."""
         lengths = (ids != PAD).sum(1).clamp(min=1)                          # (B,)
         ids = ids[:, : int(lengths.max())]                                  # (B, L') drop the all-padding tail
         out, _ = gru(self.embedding(ids))                                   # (B, L', H)
@@ -88,7 +101,7 @@ class DRRNAgent:
                  exploration: Exploration = Exploration(), seed: int | None = None) -> None:
         self.network = network
         self.action_names = tuple(action_names)
-        self.action_ids = encode_texts(self.action_names, ACTION_TOKENS)  # (A, ACTION_TOKENS)
+        self.action_ids = network.encode_texts(self.action_names, ACTION_TOKENS, None)  # (A, ACTION_TOKENS)
         self.language = language
         self.goal_header = goal_header
         self.exploration = exploration
@@ -103,7 +116,7 @@ class DRRNAgent:
             text = self.histories[i].prompt(self.action_names, mission, sentences, self.language, self.goal_header)
             texts.append(text[len(head):])  # the observations and actions after the head
             heads.append(head)
-        return encode_texts(texts, self.network.config.max_tokens, heads=heads)
+        return self.network.encode_texts(texts, self.network.config.max_tokens, heads)
 
     def q_values(self, obs_ids: Tensor) -> Tensor:
         """(B, L) encoded observations -> (B, A) Q-values over this agent's action names."""

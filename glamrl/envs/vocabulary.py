@@ -1,13 +1,14 @@
 """BabyAI-Text's closed vocabulary (English and French prompts) and a word-level encoder over it.
 
-Word-level agents (DRRN, the symbolic agent's mission encoder) and the tiny test models
-share it; nothing is downloaded. Words outside it (the suite's invented words) map to `<unk>`.
+The symbolic agent's mission encoder, the tiny test models and DRRN with `drrn.tokenizer=word`
+share it; nothing is downloaded. Words outside it (the suite's invented words) map to `<unk>`
+(DRRN's default subword tokenizer, `glamrl.envs.subwords`, spells them out instead).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 import torch
 
@@ -44,10 +45,25 @@ def encode_texts(texts: Sequence[str], max_tokens: int, heads: Sequence[str] | N
     With `heads`, row i reads heads[i] then texts[i]: the whole head always (up to max_tokens),
     then the newest words of the text that fit, so a cut removes the oldest words of the text.
     """
+    return pack_ids([word_ids(text) for text in texts], max_tokens,
+                    None if heads is None else [word_ids(head) for head in heads])
+
+
+def pack_ids(texts: Sequence[Sequence[int]], max_tokens: int, heads: Sequence[Sequence[int]] | None = None,
+             word_starts: Container[int] | None = None) -> torch.Tensor:
+    """(len(texts), max_tokens) int64 rows, `PAD`-padded on the right, of ids already encoded (`encode_texts`'s rule).
+
+    Row i holds heads[i] whole (up to max_tokens), then the newest ids of texts[i] that fit: a cut removes
+    the oldest. With `word_starts` (the ids of the pieces that begin a word), a cut keeps no part of a word;
+    without, every id is a word. An empty row reads one `UNK`.
+    """
     out = torch.full((len(texts), max_tokens), PAD, dtype=torch.long)
-    for row, text in enumerate(texts):
-        head = word_ids(heads[row])[:max_tokens] if heads is not None else []
-        room = max_tokens - len(head)
-        ids = (head + (word_ids(text)[-room:] if room else [])) or [UNK]
-        out[row, : len(ids)] = torch.tensor(ids)
+    for row, ids in enumerate(texts):
+        head = list(heads[row][:max_tokens]) if heads is not None else []
+        start = max(len(ids) - (max_tokens - len(head)), 0)
+        if word_starts is not None and start:
+            while start < len(ids) and ids[start] not in word_starts:
+                start += 1
+        kept = (head + list(ids[start:])) or [UNK]
+        out[row, : len(kept)] = torch.tensor(kept)
     return out
