@@ -39,9 +39,8 @@ from glamrl.config import load_train_config
 from glamrl.run.dir import resolve_run_config
 from glamrl.eval.demos import record_demos, write_demos
 from glamrl.eval.plot import plot_runs
-from glamrl.rollout import evaluate, format_table, step
+from glamrl.rollout import eval_seed, evaluate, format_table, step
 from glamrl.run.dir import run_lock
-from glamrl.train.common import EVAL_SEED_OFFSET
 from glamrl.train.ppo import train
 from glamrl.train.drrn import train_drrn
 
@@ -55,7 +54,7 @@ def evaluate_run(run_dir: Path, episodes: int) -> dict[str, Any]:
     envs = cfg.env.make_vector_env()
     agent, _ = restore_agent(run_dir, envs, greedy=False)
     try:
-        return evaluate(envs, agent, episodes, seed=cfg.env.seed + EVAL_SEED_OFFSET)
+        return evaluate(envs, agent, episodes, seed=eval_seed(cfg.env.seed))
     finally:
         envs.close()
 

@@ -13,7 +13,11 @@ from tqdm import tqdm
 
 from glamrl.agents.base import Agent, Decision
 from glamrl.envs import EpisodeResult, finished_episodes
+from glamrl.run.checkpoint import seeded
 from glamrl.stats import mean_interval, wilson_interval
+
+EVAL_SEED_OFFSET = 1_000_000
+"""Evaluation episodes never share seeds with training ones (which start at env.seed): see `eval_seed`."""
 
 
 @dataclass
@@ -48,51 +52,76 @@ def step(envs: gym.vector.VectorEnv, agent: Agent, obs: dict[str, Any]) -> Step:
     return Step(decision, next_obs, np.asarray(rewards, dtype=np.float32), terminated, truncated, infos)
 
 
+def eval_seed(seed: int) -> int:
+    """The seed of the first evaluation episode of seed `seed` (a run's env.seed, or `--seed`): episode k plays
+    from eval_seed(seed) + k, in `glamrl eval`, its suite, `glamrl play` and a training run's evaluations."""
+    return seed + EVAL_SEED_OFFSET
+
+
 def evaluate(
     envs: gym.vector.VectorEnv, agent: Agent, episodes: int, seed: int, progress: bool = False,
-    on_episode: Callable[[EpisodeResult], None] | None = None,
+    on_episode: Callable[[int, EpisodeResult], None] | None = None,
 ) -> dict[str, Any]:
-    """Success rate, mean return and length over `episodes` episodes, overall and per task."""
+    """Success rate, mean return and length over `episodes` episodes (see `run_episodes`), overall and per task."""
     return summarize(run_episodes(envs, agent, episodes, seed, progress, on_episode))
 
 
 def run_episodes(
     envs: gym.vector.VectorEnv, agent: Agent, episodes: int, seed: int, progress: bool = False,
-    on_episode: Callable[[EpisodeResult], None] | None = None,
+    on_episode: Callable[[int, EpisodeResult], None] | None = None,
 ) -> list[EpisodeResult]:
-    """Play `episodes` episodes from `reset(seed=seed)`.
+    """Play episodes 0..episodes-1, episode k from `reset(seed=seed + k)`, whatever `envs.num_envs`; their results
+    in that order.
 
-    Each env contributes a fixed quota of episodes, so short episodes are not favoured.
-    `on_episode` is called with each counted episode, after the agent's `end_episodes`.
+    Env i starts episode i; an env whose episode ends starts the next episode not yet begun, so every episode
+    counts once whatever its length (short ones are not favoured); envs left with none play on, uncounted.
+    The global RNGs (Python, numpy, torch) are seeded with `seed` for the episodes and restored after them: the
+    episodes' draws do not depend on what ran before, nor change what runs after. The bot, the random agent and
+    greedy agents then play each episode alike whatever `num_envs`; agents that sample a batch of actions at once
+    (llm, symbolic and drrn unless greedy) still draw each env's action from a stream shared by the batch, so
+    their draws depend on `num_envs`.
+    `on_episode(k, result)` is called when episode k ends, after the agent's `end_episodes`.
     """
     n = envs.num_envs
-    quota = np.full(n, episodes // n) + (np.arange(n) < episodes % n)
-    counted = np.zeros(n, dtype=int)
-    results: list[EpisodeResult] = []
-    obs, _ = envs.reset(seed=seed)
-    agent.end_episodes(np.ones(n, dtype=bool))
-    with tqdm(total=episodes, unit="ep", disable=not progress, leave=False) as bar:
-        while len(results) < episodes:
+    results: list[EpisodeResult | None] = [None] * episodes
+    playing = np.arange(n)  # (N,) the episode each env plays; >= episodes: uncounted
+    started, ended = n, 0
+    with seeded(seed), tqdm(total=episodes, unit="ep", disable=not progress, leave=False) as bar:
+        obs, _ = envs.reset(seed=seed)  # env i gets seed + i: episode i
+        agent.end_episodes(np.ones(n, dtype=bool))
+        while ended < episodes:
             s = step(envs, agent, obs)
             agent.end_episodes(s.done)
-            for ep in s.episodes:
-                if counted[ep.env_index] < quota[ep.env_index]:
-                    counted[ep.env_index] += 1
-                    results.append(ep)
-                    if on_episode is not None:
-                        on_episode(ep)
-                    bar.update(1)
             obs = s.next_obs
+            restart, seeds = np.zeros(n, dtype=bool), [None] * n  # the envs that start the next episodes
+            for ep in s.episodes:
+                i, k = ep.env_index, playing[ep.env_index]
+                if k < episodes:
+                    results[k] = ep
+                    ended += 1
+                    if on_episode is not None:
+                        on_episode(int(k), ep)
+                    bar.update(1)
+                playing[i] = started
+                if started < episodes:
+                    restart[i], seeds[i] = True, seed + started
+                    started += 1
+            if restart.any():  # replace the first observation of the episodes the vector env reset unseeded
+                obs, _ = envs.reset(seed=seeds, options={"reset_mask": restart})
     return results
 
 
 def summarize(results: list[EpisodeResult]) -> dict[str, Any]:
-    """The statistics `glamrl eval` prints and writes, overall and per task kind."""
+    """The statistics `glamrl eval` prints and writes, overall and per task kind, and each episode's outcome in
+    episode order (`per_episode`: success 0/1, return, length; what `glamrl results` bootstraps over)."""
     by_task: dict[str, list[EpisodeResult]] = defaultdict(list)
     for r in results:
         by_task[r.task].append(r)
     summary = _stats(results)
     summary["per_task"] = {task: _stats(rs) for task, rs in sorted(by_task.items())}
+    summary["per_episode"] = {"success": [int(r.success) for r in results],
+                              "return": [r.episode_return for r in results],
+                              "length": [r.episode_length for r in results]}
     return summary
 
 

@@ -212,22 +212,24 @@ def drrn_builder(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["synonym_actions", "french", "intro_second_person"])
 def test_drrn_reads_the_modified_prompt_and_encodes_the_new_action_names(name, drrn_builder):
-    from glamrl.envs.vocabulary import PAD, encode_texts, word_ids
+    from glamrl.envs.vocabulary import PAD
     from glamrl.prompts import build_prompt
 
     test = TESTS[name]
     envs = test.make_envs(2)
     agent = drrn_builder(envs, test)
+    encode = agent.network.encode_texts  # the run's tokenizer (drrn.tokenizer)
     names = test.action_names(ACTION_NAMES)
     assert agent.action_names == names
-    assert torch.equal(agent.action_ids, encode_texts(names, agent.action_ids.shape[1]))
+    assert torch.equal(agent.action_ids, encode(names, agent.action_ids.shape[1], None))
     obs, _ = envs.reset(seed=3)
     decision = agent.act(obs)
     for ids, mission in zip(decision.inputs, obs["mission"]):
-        head = word_ids(build_prompt(names, mission, [], [], test.language, test.goal_header))
+        head = encode([build_prompt(names, mission, [], [], test.language, test.goal_header)], 2048, None)[0]
+        head = [i for i in head.tolist() if i != PAD]
         assert [i for i in ids.tolist() if i != PAD][: len(head)] == head  # the test's action list and header
     with torch.no_grad():
-        q = agent.network(torch.stack(decision.inputs), encode_texts(names, agent.action_ids.shape[1]))
+        q = agent.network(torch.stack(decision.inputs), encode(names, agent.action_ids.shape[1], None))
     torch.testing.assert_close(torch.as_tensor(decision.probs), torch.softmax(q, dim=1))
     envs.close()
 

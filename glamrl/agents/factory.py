@@ -130,7 +130,7 @@ def make_agent(cfg: TrainConfig, model: nn.Module | None, envs: SyncVectorEnv, g
     if kind == "random":
         from glamrl.agents.random import RandomAgent
 
-        return RandomAgent(n, names, seed=cfg.env.seed)
+        return RandomAgent(envs, names)
     if kind == "bot":
         from glamrl.agents.bot import BotAgent
 

@@ -6,22 +6,27 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium.vector import SyncVectorEnv
 
 from glamrl.agents.base import Decision
 from glamrl.envs.actions import ACTION_NAMES
 
 
 class RandomAgent:
-    """Draws each env's action uniformly among the 6 BabyAI-Text actions."""
+    """Draws each env's action uniformly among the 6 BabyAI-Text actions, from that env's level generator.
 
-    def __init__(self, num_envs: int, action_names: Sequence[str] = ACTION_NAMES, seed: int | None = None) -> None:
-        self.num_envs = num_envs
+    A reset with a seed seeds the level's generator, and a BabyAI level draws from it only while it builds an
+    episode: so an episode's actions are a function of its seed alone, whatever the batch (`num_envs`) and
+    whatever ran before. It needs the envs in this process (a `SyncVectorEnv`).
+    """
+
+    def __init__(self, envs: SyncVectorEnv, action_names: Sequence[str] = ACTION_NAMES) -> None:
+        self.levels = [env.unwrapped for env in envs.envs]
         self.action_names = tuple(action_names)  # labels only: reads nothing
-        self.rng = np.random.default_rng(seed)
 
     def act(self, obs: dict[str, Any]) -> Decision:
-        actions = self.rng.integers(0, len(ACTION_NAMES), size=self.num_envs, dtype=np.int64)
-        return Decision(actions, probs=np.full((self.num_envs, len(ACTION_NAMES)), 1 / len(ACTION_NAMES)))
+        actions = np.array([level.np_random.integers(len(ACTION_NAMES)) for level in self.levels], dtype=np.int64)
+        return Decision(actions, probs=np.full((len(self.levels), len(ACTION_NAMES)), 1 / len(ACTION_NAMES)))
 
     def end_episodes(self, done: np.ndarray) -> None:
         """Nothing to forget."""

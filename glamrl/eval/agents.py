@@ -3,9 +3,10 @@
 An `AgentSpec` (built once by the CLI from its options) names the agent. `load_eval_model(spec)`
 does the slow and fallible work once, before any episode: it reads a run (`run`, any agent kind),
 or describes a fresh agent (`kind`: llm zero-shot from `model`, a `glamrl export` directory
-included; random; bot). Then `make_eval_agent` builds it for one level's envs, and
-`agent_builder` returns a label and a function that builds it for one suite test's envs: the
-same network, with the test's action names, language and goal header.
+included; random; bot). `eval_env` gives the env settings it is evaluated under (a run's own by
+default), `make_agent` builds it for one level's envs, and `builder` (or `agent_builder`, which
+loads the model too) returns a function that builds it for one suite test's envs: the same
+network, with the test's action names, language and goal header.
 """
 
 from __future__ import annotations
@@ -36,19 +37,25 @@ class AgentSpec:
     """llm: a model name or path (a `glamrl export` directory too)."""
     run: Path | None = None
     """a run directory whose trained agent (any kind) is run."""
-    dtype: str = "float32"
+    dtype: str = ModelConfig.dtype
     """llm: the storage dtype of a fresh model's weights."""
-    device: str = "auto"
-    """llm: cpu, cuda, cuda:N or auto."""
+    device: str | None = None
+    """llm: cpu, cuda, cuda:N or auto; None: a run's own model.device, auto for a fresh model."""
     greedy: bool = False
     """argmax actions instead of sampling."""
 
 
-def load_eval_model(spec: AgentSpec, seed: int = 1, language: str = "en") -> tuple[TrainConfig, nn.Module | None, str]:
-    """(config, network or None, label) of the agent `spec` names; its kind is `config.agent.kind`."""
+def load_eval_model(spec: AgentSpec, seed: int = 1,
+                    language: str | None = None) -> tuple[TrainConfig, nn.Module | None, str]:
+    """(config, network or None, label) of the agent `spec` names; its kind is `config.agent.kind`.
+
+    A fresh agent's `config.env` is `EnvConfig`'s defaults with `seed` and `language` (default en), a run's is
+    the run's own (`language` does not change it: see `eval_env`).
+    """
     if spec.run is not None:
-        cfg, model, _ = restore_model(spec.run, kind=spec.kind)
+        cfg, model, _ = restore_model(spec.run, kind=spec.kind, device=spec.device)
         return cfg, model, f"run {run_label(spec.run)}"
+    language = language or EnvConfig.language
     if spec.kind is None:
         raise AgentKindError("give --agent (a fresh agent) or --run (a trained one)")
     if spec.kind in ("drrn", "symbolic"):
@@ -58,7 +65,7 @@ def load_eval_model(spec: AgentSpec, seed: int = 1, language: str = "en") -> tup
     if spec.kind == "llm":
         from glamrl.llm.exported import read_manifest
 
-        model = ModelConfig(name=spec.model, dtype=spec.dtype, device=spec.device)
+        model = ModelConfig(name=spec.model, dtype=spec.dtype, device=spec.device or ModelConfig.device)
         label = f"llm {Path(spec.model).name} zero-shot"
         exported = read_manifest(spec.model)
         if exported is not None:  # a `glamrl export` directory: its actions and prompt settings
@@ -71,24 +78,33 @@ def load_eval_model(spec: AgentSpec, seed: int = 1, language: str = "en") -> tup
     return cfg, make_model(cfg), label
 
 
-def make_eval_agent(spec: AgentSpec, envs: SyncVectorEnv, seed: int, language: str = "en") -> tuple[Agent, str]:
-    """(the agent, its kind) that `glamrl eval` (one level) and `glamrl demos` run in `envs`."""
-    cfg, model, _ = load_eval_model(spec, seed, language)
-    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, language=language, seed=seed))
-    return make_agent(cfg, model, envs, greedy=spec.greedy), cfg.agent.kind
+def eval_env(trained: EnvConfig, level: str | None = None, task: str | None = None,
+             language: str | None = None) -> EnvConfig:
+    """The env settings an agent is evaluated under: `trained` (a run's `env`; a fresh agent's, the defaults),
+    except those given: `level` moves to another level, with that level's own tasks and step limit; `task` and
+    `language` replace the run's."""
+    env = trained
+    if level is not None and level != env.id:
+        env = dataclasses.replace(env, id=level, task=None, max_steps=None)
+    return dataclasses.replace(env, task=env.task if task is None else task, language=language or env.language)
+
+
+def builder(cfg: TrainConfig, model: nn.Module | None, greedy: bool = False) -> AgentBuilder:
+    """Builds the agent of `cfg` (from `load_eval_model`) for one suite test's envs."""
+
+    def build(envs: SyncVectorEnv, test: SuiteTest) -> Agent:
+        """The agent reading the test's language, words, action names and goal header (text agents)."""
+        return make_agent(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, language=test.language)),
+                          model, envs, greedy, action_names=test.action_names(cfg.prompt.actions),
+                          goal_header=test.goal_header)
+
+    return build
 
 
 def agent_builder(spec: AgentSpec, seed: int = 1) -> tuple[str, AgentBuilder]:
     """(label, builder of the agent for one suite test's envs) for the agent `spec` names."""
     cfg, model, label = load_eval_model(spec, seed)
-
-    def build(envs: SyncVectorEnv, test: SuiteTest) -> Agent:
-        """The agent reading the test's language, words, action names and goal header (text agents)."""
-        return make_agent(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, language=test.language)),
-                          model, envs, spec.greedy, action_names=test.action_names(cfg.prompt.actions),
-                          goal_header=test.goal_header)
-
-    return label, build
+    return label, builder(cfg, model, spec.greedy)
 
 
 def run_label(run_dir: Path) -> str:

@@ -8,7 +8,9 @@ and history length given; behavioural cloning (glamrl/train/bc.py) learns `actio
 record is read back only if its `action` is the name the cloning config gives its
 `action_index` (`read_demos`): demonstrations recorded with other action names (another
 language, other words) are refused, not cloned under the wrong names.
-Episodes are counted as in evaluation: a fixed quota per env, so short ones are not favoured.
+Episodes are played as in evaluation (`glamrl.rollout.run_episodes`): episode k from seed + k, whatever
+`num_envs`, and the records in episode order. `glamrl demos` plays the training seeds (`--seed`), not the
+evaluation ones.
 """
 
 from __future__ import annotations
@@ -60,19 +62,17 @@ class RecordingAgent:
 
 def record_demos(envs: SyncVectorEnv, agent: Agent, episodes: int, seed: int, action_names: Sequence[str],
                  nbr_obs: int = 3, language: str = "en", progress: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """`episodes` episodes of `agent` as records, and `evaluate`'s summary of them."""
+    """`episodes` episodes of `agent` (episode k from `seed + k`) as records, and `evaluate`'s summary of them."""
     recorder = RecordingAgent(agent, envs.num_envs, action_names, nbr_obs, language)
     records: list[dict[str, Any]] = []
-    kept = 0
 
-    def keep(ep: EpisodeResult) -> None:
-        nonlocal kept
+    def keep(k: int, ep: EpisodeResult) -> None:
         for t, r in enumerate(recorder.ended[ep.env_index]):
-            records.append({**r, "task": ep.task, "episode": kept, "step": t,
+            records.append({**r, "task": ep.task, "episode": k, "step": t,
                             "episode_return": ep.episode_return, "success": ep.success})
-        kept += 1
 
     summary = evaluate(envs, recorder, episodes, seed, progress=progress, on_episode=keep)
+    records.sort(key=lambda r: r["episode"])  # stable: each episode's steps stay in order
     return records, summary
 
 

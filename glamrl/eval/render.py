@@ -7,6 +7,7 @@ probability of every action. The last frame shows the final state and the outcom
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,9 +16,11 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
+from glamrl.config import EnvConfig
 from glamrl.eval.suite import AgentBuilder, SuiteTest
 from glamrl.files import atomic_output
 from glamrl.rollout import step
+from glamrl.run.checkpoint import seeded
 
 FRAME_MS = 800          # GIF frame duration
 LAST_FRAME_MS = 2500
@@ -56,33 +59,34 @@ class Moment:
     outcome: str | None = None      # the last frame's "success, return 0.92"
 
 
-def play_episode(test: SuiteTest, build_agent: AgentBuilder, seed: int,
-                 max_frames: int = 200) -> tuple[list[Moment], list[str]]:
-    """Run one episode of `test`'s level from `seed`; return its moments and the agent's action names."""
-    from glamrl.envs import make_vector_env
-
-    envs = make_vector_env(test.env_id, 1, language=test.language, render_mode="rgb_array",
-                           wrapper=lambda env: RecordFrames(test.wrap(env)))
+def play_episode(test: SuiteTest, build_agent: AgentBuilder, seed: int, max_frames: int = 200,
+                 env: EnvConfig | None = None) -> tuple[list[Moment], list[str]]:
+    """Run one episode of `test` under the env settings `test.env_config(env)` from `reset(seed=seed)`, the global
+    RNGs seeded with `seed` (as an evaluation's first episode); return its moments and the agent's action names."""
+    settings = dataclasses.replace(test.env_config(env), num_envs=1)
+    envs = settings.make_vector_env(render_mode="rgb_array", wrapper=lambda e: RecordFrames(test.wrap(e)))
     recorder: RecordFrames = envs.envs[0]
     agent = build_agent(envs, test)
     names = list(agent.action_names)  # text agents: the names they score
-    obs, _ = envs.reset(seed=seed)
-    agent.end_episodes(np.ones(1, dtype=bool))
     moments: list[Moment] = []
-    while len(moments) < max_frames:
-        picture = recorder.frames[-1]
-        s = step(envs, agent, obs)
-        action = int(s.decision.actions[0])
-        probs = np.asarray(s.decision.probs[0], dtype=np.float64)  # what the action was drawn from
-        moments.append(Moment(picture, obs["mission"][0], obs["descriptions"][0], probs, action))
-        if s.done[0]:
-            (ep,) = s.episodes
-            final = s.infos["final_obs"][0]
-            result = "success" if ep.success else "failure"
-            outcome = f"{result} after {ep.episode_length} steps, return {ep.episode_return:.2f}"
-            moments.append(Moment(recorder.frames[-2], final["mission"], final["descriptions"], None, None, outcome))
-            break
-        obs = s.next_obs
+    with seeded(seed):
+        obs, _ = envs.reset(seed=seed)
+        agent.end_episodes(np.ones(1, dtype=bool))
+        while len(moments) < max_frames:
+            picture = recorder.frames[-1]
+            s = step(envs, agent, obs)
+            action = int(s.decision.actions[0])
+            probs = np.asarray(s.decision.probs[0], dtype=np.float64)  # what the action was drawn from
+            moments.append(Moment(picture, obs["mission"][0], obs["descriptions"][0], probs, action))
+            if s.done[0]:
+                (ep,) = s.episodes
+                final = s.infos["final_obs"][0]
+                result = "success" if ep.success else "failure"
+                outcome = f"{result} after {ep.episode_length} steps, return {ep.episode_return:.2f}"
+                moments.append(Moment(recorder.frames[-2], final["mission"], final["descriptions"], None, None,
+                                      outcome))
+                break
+            obs = s.next_obs
     envs.close()
     return moments, names
 

@@ -3,7 +3,13 @@
 A test substitutes whole words in the mission, the descriptions and the action names
 (`glamrl.eval.substitutions`), replaces the action names or the prompt's goal header, or
 changes the level or the language. The level's logic is never touched, so the bot still
-solves every test, and every test of one level replays the same evaluation seeds.
+solves every test, and every test of one level replays the same evaluation episodes, each from
+the same RNG state (`glamrl.rollout.run_episodes`).
+
+A test plays under the suite's env settings (`EnvConfig`: a run's own, or the defaults; `--env` moves the
+level): its level, task, step limit and wording, in the test's language. A test with a level of its own
+(`test_level`) plays that level with all its tasks and its own step limit; what a test sets apart from the
+suite's settings is its `overrides`, written with its results.
 
 Adding a test takes a few lines:
 
@@ -56,8 +62,8 @@ class SuiteTest:
     """replaces the prompt's "Goal of the agent" (its colon stays); None keeps it."""
     language: str = "en"
     """language of the env's descriptions and missions (and of the prompt's headers)."""
-    env_id: str = TRAIN_LEVEL
-    """the level evaluated."""
+    env_id: str | None = None
+    """a level of the test's own; None: the suite's level (the run's, `--env`, or TRAIN_LEVEL)."""
 
     def action_names(self, own: Sequence[str]) -> tuple[str, ...]:
         """The names an agent whose own action names are `own` reads under this test."""
@@ -68,11 +74,23 @@ class SuiteTest:
         """`env` (one copy of the test's level) with the test's text substitutions."""
         return SubstituteWords(env, self.words, self.actions)
 
-    def make_envs(self, num_envs: int) -> SyncVectorEnv:
-        """`num_envs` copies of the test's level, with the test's text substitutions."""
-        from glamrl.envs import make_vector_env
+    def env_config(self, env: EnvConfig | None = None) -> EnvConfig:
+        """The env settings the test plays under, from the suite's `env` (default `EnvConfig()`): on the test's own
+        level, if it has one, with that level's tasks and step limit; in the test's language."""
+        env = env or EnvConfig()
+        if self.env_id is None:
+            return dataclasses.replace(env, language=self.language)
+        return dataclasses.replace(env, id=self.env_id, task=None, max_steps=None, language=self.language)
 
-        return make_vector_env(self.env_id, num_envs, language=self.language, wrapper=self.wrap)
+    def overrides(self, env: EnvConfig | None = None) -> dict[str, str]:
+        """What the test sets apart from the suite's `env` settings: {"env": its level} and {"language": ...}."""
+        base, own = env or EnvConfig(), self.env_config(env)
+        return {key: getattr(own, name) for key, name in (("env", "id"), ("language", "language"))
+                if getattr(own, name) != getattr(base, name)}
+
+    def make_envs(self, num_envs: int, env: EnvConfig | None = None) -> SyncVectorEnv:
+        """`num_envs` copies of the test's level under `env_config(env)`, with the test's text substitutions."""
+        return dataclasses.replace(self.env_config(env), num_envs=num_envs).make_vector_env(wrapper=self.wrap)
 
 
 TESTS: dict[str, SuiteTest] = {}
@@ -183,16 +201,16 @@ for _name in ["other_names", "adjective_synonyms", "invented_nouns", "invented_a
 
 
 # ------------------------------------------------------------------------- running
-def on_level(tests: Sequence[SuiteTest], env_id: str) -> tuple[list[SuiteTest], dict[str, str]]:
-    """The tests that change the text, moved onto level `env_id`, and {name: why} of those that cannot
-    apply there: a test that is itself a change of level (`test_level`) has no meaning on another level."""
-    moved, skipped = [], {}
+def applicable(tests: Sequence[SuiteTest], env: EnvConfig) -> tuple[list[SuiteTest], dict[str, str]]:
+    """The tests that apply on the suite's level `env.id`, and {name: why} of those that do not: a test that is
+    itself a change of level from TRAIN_LEVEL (`test_level`) has no meaning on another level."""
+    kept, skipped = [], {}
     for test in tests:
-        if test.env_id != TRAIN_LEVEL and test.env_id != env_id:
-            skipped[test.name] = f"it evaluates its own level {test.env_id}, not {env_id}"
+        if test.env_id is not None and env.id not in (TRAIN_LEVEL, test.env_id):
+            skipped[test.name] = f"it evaluates its own level {test.env_id}, not {env.id}"
         else:
-            moved.append(dataclasses.replace(test, env_id=env_id))
-    return moved, skipped
+            kept.append(test)
+    return kept, skipped
 
 
 AgentBuilder = Callable[[SyncVectorEnv, SuiteTest], Agent]
@@ -201,20 +219,25 @@ AgentBuilder = Callable[[SyncVectorEnv, SuiteTest], Agent]
 
 def run_suite(tests: Sequence[SuiteTest], build_agent: AgentBuilder, episodes: int, seed: int,
               num_envs: int = 4, progress: bool = False, say: Callable[[str], None] = lambda _: None,
-              after_test: Callable[[dict[str, dict[str, Any]]], None] = lambda _: None) -> dict[str, dict[str, Any]]:
-    """`evaluate` under every test, all on the same seeds: {test name: summary with test fields}.
+              after_test: Callable[[dict[str, dict[str, Any]]], None] = lambda _: None,
+              env: EnvConfig | None = None) -> dict[str, dict[str, Any]]:
+    """`evaluate` under every test, each on the same episodes (episode k from `seed + k`) from the same RNG state,
+    under the suite's `env` settings (default `EnvConfig()`): {test name: summary with the test's settings}.
 
     `after_test` receives the results so far after each test (to save them as they come).
     """
     results = {}
     for test in tests:
-        envs = test.make_envs(num_envs)
+        settings = test.env_config(env)
+        envs = test.make_envs(num_envs, env)
         start = time.time()
         try:
             summary = evaluate(envs, build_agent(envs, test), episodes, seed=seed, progress=progress)
         finally:
             envs.close()
-        results[test.name] = {"description": test.description, "env": test.env_id, "language": test.language,
+        results[test.name] = {"description": test.description, "env": settings.id, "task": settings.task,
+                              "max_steps": settings.max_steps, "faithful": settings.faithful,
+                              "language": settings.language, "overrides": test.overrides(env),
                               "wall_time_s": round(time.time() - start, 2), **summary}
         say(format_row(test.name, results[test.name]))
         after_test(results)
@@ -222,11 +245,12 @@ def run_suite(tests: Sequence[SuiteTest], build_agent: AgentBuilder, episodes: i
 
 
 def format_header() -> str:
-    return f"{'test':<28}{'success':>8}  {'95% CI':<13}{'return':>8}  {'95% CI':<13}{'time':>7}"
+    return f"{'test':<28}{'success':>8}  {'95% CI':<13}{'return':>8}  {'95% CI':<13}{'time':>7}  overrides"
 
 
 def format_row(name: str, r: dict[str, Any]) -> str:
     lo, hi = r["success_ci"]
     rlo, rhi = r["return_ci"]
+    overrides = " ".join(f"{key}={value}" for key, value in r["overrides"].items())
     return (f"{name:<28}{r['success_rate']:>8.3f}  [{lo:.2f}, {hi:.2f}]  {r['mean_return']:>8.3f}  "
-            f"[{rlo:.2f}, {rhi:.2f}]  {r['wall_time_s']:>6.1f}s")
+            f"[{rlo:.2f}, {rhi:.2f}]  {r['wall_time_s']:>6.1f}s  {overrides}").rstrip()

@@ -227,6 +227,24 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def seed_everything(seed: int) -> None:
+    """Seed Python `random`, numpy's global RNG and torch's (CPU and CUDA) with `seed`."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """A block run from the global RNGs seeded with `seed`; their states from before it are restored after it."""
+    saved = rng_state()
+    seed_everything(seed)
+    try:
+        yield
+    finally:
+        set_rng_state(saved)
+
+
 @contextmanager
 def restoring(source: str, saved_config: dict[str, Any] | None, config: dict[str, Any], fix: str) -> Iterator[None]:
     """Turn saved tensors that do not fit the network built from `config` (`TrainConfig.to_dict()`) into one line.

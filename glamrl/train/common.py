@@ -24,26 +24,26 @@ the run directory: the other ranks receive its checkpoint (or its refusal), stay
 from __future__ import annotations
 
 import contextlib
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from glamrl.agents.factory import make_agent
 from glamrl.config import TrainConfig
 from glamrl.errors import GlamrlError
 from glamrl.parallel import distributed, sharding
-from glamrl.rollout import run_episodes, summarize
+from glamrl.rollout import eval_seed, run_episodes, summarize
 from glamrl.run import checkpoint
-from glamrl.run.checkpoint import Checkpoint, Progress, rng_state, set_rng_state
+from glamrl.run.checkpoint import Checkpoint, Progress, rng_state, seed_everything, set_rng_state
 from glamrl.run.dir import RunDir
 from glamrl.run.log import RunLogger
 
-EVAL_SEED_OFFSET = 1_000_000  # evaluation episodes never share seeds with training ones
+if TYPE_CHECKING:
+    from glamrl.llm.compiled import CompiledBlocks
+
 TRAINERS = {"ppo": "update", "drrn": "row", "bc": "step"}
 """The training loops (a checkpoint's `trainer`), and what one row of each one's log counts."""
 
@@ -59,12 +59,6 @@ class TrainResult:
 
 class TrainerMismatchError(GlamrlError, ValueError):
     """A run directory resumed by another training loop than the one that wrote it."""
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 @dataclass
@@ -83,6 +77,9 @@ class Session:
     """whether to draw a progress bar (rank 0 only)."""
     logger: RunLogger | None = None
     """the run's log, from `begin` (rank 0 only)."""
+    compiled_blocks: CompiledBlocks | None = None
+    """from `begin`: an LLM policy's compiled blocks (`glamrl.llm.compiled`), whose compile time the first row
+    logged says aloud; None once said, and for a model that compiles nothing."""
 
     @property
     def is_main(self) -> bool:
@@ -122,6 +119,7 @@ class Session:
             for key, r in resolved.items():
                 self.say(f"{key}: {r.value} ({r.why})")
             self.run.write_config(self.cfg, resolved)
+            self.compiled_blocks = getattr(model, "compiled_blocks", None)
         success = report_success(self.cfg, model, when, self.say) if self.resumed is None else None
         if self.is_main:
             self.logger = self.run.open_log(self.resumed_update, tensorboard=self.cfg.run.tensorboard)
@@ -131,6 +129,9 @@ class Session:
         """One row of the run's log (rank 0)."""
         if self.logger is not None:
             self.logger.log(metrics)
+        if self.compiled_blocks is not None:  # model.compile: the first passes' compile time, said once
+            self.say(self.compiled_blocks.report(f"{TRAINERS[self.trainer]} {metrics['update']}"))
+            self.compiled_blocks = None
 
     def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, progress: Progress,
              extra: dict[str, Any] | None = None) -> None:
@@ -182,15 +183,17 @@ def report_success(cfg: TrainConfig, model: torch.nn.Module, when: str, say: Cal
 
 
 def evaluate_policy(cfg: TrainConfig, policy: torch.nn.Module) -> dict[str, Any]:
-    """The policy's success on fresh evaluation episodes (seeds apart from training), shared among the ranks."""
+    """The policy's success on the evaluation episodes of `glamrl eval --run` (seeds apart from training): episode
+    k from eval_seed(env.seed) + k, the ranks playing consecutive blocks of them."""
     ranks = distributed.current()
-    share = cfg.run.eval_episodes // ranks.world_size + (ranks.rank < cfg.run.eval_episodes % ranks.world_size)
+    episodes, world = cfg.run.eval_episodes, ranks.world_size
+    share = episodes // world + (ranks.rank < episodes % world)
+    first = ranks.rank * (episodes // world) + min(ranks.rank, episodes % world)  # this rank: first..first+share-1
     envs = cfg.env.make_vector_env()
     agent = make_agent(cfg, policy, envs, greedy=cfg.run.eval_greedy)
     try:
-        seed = cfg.env.seed + EVAL_SEED_OFFSET + ranks.rank * cfg.env.num_envs
         with sharding.gathered(policy):  # ranks play different episodes: a sharded policy acts on whole weights
-            results = run_episodes(envs, agent, share, seed=seed)
+            results = run_episodes(envs, agent, share, seed=eval_seed(cfg.env.seed) + first)
     finally:
         envs.close()
     return summarize(distributed.gather_lists(results))
