@@ -4,7 +4,7 @@
     python -m benchmarks.glam_config --quick    # 2 updates per variant (the second one is reported)
 
 GLAM's configuration: SmolLM2-135M (`smollm2-135m`), BabyAI-MixedTrainLocal-v0, 2 envs x 8
-frames per update, 4 epochs, minibatch 4, 3 observations (configs/glam_paper.yaml with
+frames per update, 4 epochs, minibatch 4, 3 observations (configs/glam_paper_smollm2.yaml with
 overrides). Variants: auto, fp32 and bf16 compute (`model.compute_dtype`, fp32 weights), each with
 full fine-tuning and with `model.train_layers=4`. Every variant runs `glamrl.train.ppo.train` in
 its own subprocess, so that its peak RSS is its own. GLAM's original code (lamorel), same model,
@@ -60,14 +60,16 @@ ROOT = Path(__file__).resolve().parents[1]
 GLAM = ["env.num_envs=2", "ppo.num_steps=8", "ppo.epochs=4", "ppo.minibatch_size=4", "prompt.nbr_obs=3",
         "run.eval_episodes=0", "run.tensorboard=false", "model.device=cpu"]
 VARIANTS = {  # model.gradient_checkpointing=auto: on for full fine-tuning, off with train_layers
-    "auto full": ["model.compute_dtype=auto"],
-    "auto train_layers=4": ["model.compute_dtype=auto", "model.train_layers=4"],
-    "fp32 full": ["model.compute_dtype=float32"],
-    "fp32 full no checkpointing": ["model.compute_dtype=float32", "model.gradient_checkpointing=false"],
-    "fp32 full grad_accum=4": ["model.compute_dtype=float32", "ppo.grad_accum=4"],
-    "bf16 full": ["model.compute_dtype=bfloat16"],
-    "fp32 train_layers=4": ["model.compute_dtype=float32", "model.train_layers=4"],
-    "bf16 train_layers=4": ["model.compute_dtype=bfloat16", "model.train_layers=4"],
+    "defaults": [],  # model.compute_dtype=auto, model.compile=auto
+    "auto full": ["model.compute_dtype=auto", "model.compile=false"],
+    "auto train_layers=4": ["model.compute_dtype=auto", "model.train_layers=4", "model.compile=false"],
+    "fp32 full": ["model.compute_dtype=float32", "model.compile=false"],
+    "fp32 full no checkpointing": ["model.compute_dtype=float32", "model.gradient_checkpointing=false",
+                                   "model.compile=false"],
+    "fp32 full grad_accum=4": ["model.compute_dtype=float32", "ppo.grad_accum=4", "model.compile=false"],
+    "bf16 full": ["model.compute_dtype=bfloat16", "model.compile=false"],
+    "fp32 train_layers=4": ["model.compute_dtype=float32", "model.train_layers=4", "model.compile=false"],
+    "bf16 train_layers=4": ["model.compute_dtype=bfloat16", "model.train_layers=4", "model.compile=false"],
     "auto full compiled": ["model.compute_dtype=auto", "model.compile=true"],
     "fp32 full compiled": ["model.compute_dtype=float32", "model.compile=true"],
     "auto train_layers=4 compiled": ["model.compute_dtype=auto", "model.train_layers=4", "model.compile=true"],
@@ -111,7 +113,7 @@ def run_variant(name: str, updates: int, model: str) -> dict:
     from glamrl.llm.scorer import ActionScorer
 
     overrides = [f"model.name={model}", *GLAM, *VARIANTS[name], f"ppo.total_frames={16 * updates}"]
-    cfg = load_train_config(ROOT / "configs" / "glam_paper.yaml", overrides)
+    cfg = load_train_config(ROOT / "configs" / "glam_paper_smollm2.yaml", overrides)
     dtype, _ = choose_compute_dtype(cfg.model, torch.device("cpu"))
     checkpointing, _ = choose_checkpointing(cfg.model)
     peak = matmul_flops(dtype)

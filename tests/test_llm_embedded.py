@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 def policy():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
-        return LLMPolicy(ModelConfig(name="smollm2-135m", device="cpu", compute_dtype="float32"))  # the reference is fp32
+        # the reference is fp32 and eager (model.compile=auto would compile SmolLM2's blocks: minutes of a test)
+        return LLMPolicy(ModelConfig(name="smollm2-135m", device="cpu", compute_dtype="float32", compile=False))
 
 
 def test_embedded_model_scores_a_prompt(policy):

@@ -1,29 +1,64 @@
 """`model.compile`: each transformer block runs through torch.compile (inductor), collection and update alike.
 
+    compiling, why = choose_compile(config, model, device)   # what `model.compile` gives on this machine
+    blocks = compile_blocks(model) if compiling else None    # blocks.report(...): their compile time, in words
+
 Regional compilation: every block of the decoder (and the encoder) is compiled on its own, with dynamic
 shapes, instead of the whole model. The blocks of a model share their code, so inductor compiles one block
 once per kind of pass (inference; forward and backward for the update; its recomputation under
 `model.gradient_checkpointing`) and reuses the result for every other block: with SmolLM2 on a CPU a first
 update takes 10-16 s longer than eager, where compiling the whole model took minutes; later ones run the
-fused kernels. Prompt lengths change
-from batch to batch, so shapes are dynamic from the start. What the blocks compute is unchanged: tests check
-log-probabilities, values and gradients against eager mode.
+fused kernels. Prompt lengths change from batch to batch, so shapes are dynamic from the start. What the
+blocks compute is unchanged: tests check log-probabilities, values and gradients against eager mode.
 
 The frozen trunk under `model.train_layers` calls the same block modules, so its passes are compiled too;
 the embeddings, the final norm and the LM head at the action tokens stay eager (a small share of the FLOPs).
+
+`auto` compiles models of at least `AUTO_MIN_PARAMETERS` where inductor works here: its toolchain is found
+(a C++ compiler for the CPU backend, Triton for CUDA) and a one-block trial compiles and runs (once per
+process and device). Compiling costs seconds to minutes per kind of pass whatever the model's size, while
+what it saves grows with the model's FLOPs: the tiny test models would spend more compiling than they save.
 """
 
 from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
 
+from glamrl.config import ModelConfig
+from glamrl.errors import GlamrlError
+
 RECOMPILE_LIMIT = 64
+TOOLCHAINS = {"cpu": "install g++ or name a C++ compiler in $CXX", "cuda": "install triton"}
+"""What inductor's backend for each device type needs, as a fix."""
+AUTO_MIN_PARAMETERS = 50_000_000
+"""model.compile=auto compiles models of at least this many parameters (SmolLM2-135M has 134.5M)."""
 
 
-def compile_blocks(model: nn.Module) -> int:
-    """Compile every transformer block of `model` in place (torch.compile, dynamic shapes); returns their count."""
+class CompileError(GlamrlError, RuntimeError):
+    """model.compile=true where inductor cannot compile."""
+
+
+@dataclass(frozen=True)
+class CompiledBlocks:
+    """What `compile_blocks` compiled, and the process's compile clock at that moment."""
+
+    count: int              # transformer blocks compiled
+    clock_start: float      # compile_seconds() when they were compiled: their compilation is counted from there
+
+    def report(self, until: str) -> str:
+        """One line: the seconds spent compiling these blocks' passes from their compilation to `until`."""
+        return (f"model.compile: {compile_seconds() - self.clock_start:.1f} s compiling the {self.count} blocks' "
+                f"passes, up to the end of {until} (later passes of the same kinds reuse them)")
+
+
+def compile_blocks(model: nn.Module) -> CompiledBlocks:
+    """Compile every transformer block of `model` in place (torch.compile, dynamic shapes; lazily, at their
+    first passes)."""
     blocks = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
     # one block code, several variants: inference and training passes, attention masks given or not, and in a
     # seq2seq model encoder blocks, decoder blocks (cross-attention) and the first of each (relative position
@@ -31,4 +66,67 @@ def compile_blocks(model: nn.Module) -> int:
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     for block in blocks:
         block.compile(dynamic=True)
-    return len(blocks)
+    return CompiledBlocks(len(blocks), compile_seconds())
+
+
+def compile_seconds() -> float:
+    """Seconds this process has spent in torch.compile so far (dynamo and inductor, forward and backward)."""
+    return torch._dynamo.utils.calculate_time_spent()["total_wall_time"]
+
+
+def choose_compile(config: ModelConfig, model: nn.Module, device: torch.device) -> tuple[bool, str]:
+    """Whether the blocks of `model` on `device` compile for `config` (`model.compile`), and why, in words.
+
+    Raises CompileError for model.compile=true where inductor cannot compile."""
+    if config.compile is False:
+        return False, "model.compile=false"
+    if config.compile is True:
+        problem = inductor_problem(device)
+        if problem is not None:
+            raise CompileError(f"model.compile=true, but {problem}: {TOOLCHAINS[device.type]}, "
+                               f"or set model.compile=auto or false to run eagerly")
+        return True, "model.compile=true"
+    size = sum(p.numel() for p in model.parameters())
+    if size < AUTO_MIN_PARAMETERS:
+        return False, (f"auto: {size / 1e6:.1f}M parameters, under {AUTO_MIN_PARAMETERS / 1e6:.0f}M: compiling "
+                       f"would cost more than it saves")
+    problem = inductor_problem(device)
+    if problem is not None:
+        return False, f"auto: {problem}, so the blocks run eagerly"
+    return True, f"auto: {size / 1e6:.1f}M parameters, and inductor compiles on this {device.type.upper()}"
+
+
+def inductor_problem(device: torch.device) -> str | None:
+    """Why inductor cannot compile for `device` on this machine, in words; None where it can."""
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            return "no Triton found for inductor's CUDA backend"
+    elif find_cxx() is None:
+        return "no C++ compiler found for inductor"
+    return _trial_compile(str(device))
+
+
+def find_cxx() -> str | None:
+    """The C++ compiler inductor's CPU backend calls (its own search: $CXX, then g++); None where there is none."""
+    from torch._inductor import cpp_builder, exc
+
+    try:
+        return cpp_builder.get_cpp_compiler()
+    except exc.InvalidCxxCompiler:
+        return None
+
+
+@functools.cache
+def _trial_compile(device: str) -> str | None:
+    """Why a one-block trial compile on `device` fails, in one line; None when it compiles and runs. Once per
+    process and device: what inductor compiles stays in its on-disk cache, so a later process pays little."""
+    block = nn.Sequential(nn.Linear(8, 8), nn.SiLU()).to(device)
+    try:
+        with torch.no_grad():
+            torch.compile(block, dynamic=True, fullgraph=True)(torch.ones(2, 8, device=device))
+    except Exception as err:  # whatever inductor's toolchain raises (compiler, headers, Triton), it fails here
+        detail = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        return f"a one-block trial compile failed ({detail[:200]})"
+    return None

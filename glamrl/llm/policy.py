@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from glamrl.config import ModelConfig, Resolved
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.errors import GlamrlError
-from glamrl.llm.compiled import compile_blocks
+from glamrl.llm.compiled import choose_compile, compile_blocks
 from glamrl.llm.exported import read_heads, read_manifest
 from glamrl.llm.heads import ActionHeads, ValueHead
 from glamrl.llm.loading import load_model
@@ -55,6 +55,8 @@ class LLMPolicy(nn.Module):
         self.compute_dtype, why = choose_compute_dtype(config, loaded.device)
         # what the settings became on this machine (auto ones included): logged and kept in RUN_DIR/config.yaml
         self.resolved = {"model.compute_dtype": Resolved(str(self.compute_dtype).removeprefix("torch."), why)}
+        compiling, why = choose_compile(config, loaded.model, loaded.device)  # model.compile=true may refuse here
+        self.resolved["model.compile"] = Resolved(str(compiling).lower(), why)
         checkpointing, why = choose_checkpointing(config)
         if checkpointing:
             checkpoint_blocks(loaded.model)
@@ -62,13 +64,12 @@ class LLMPolicy(nn.Module):
         trained_blocks = freeze_trunk(loaded.model, loaded.is_seq2seq, config.train_layers) \
             if config.train_layers else None
         self.llm = apply_lora(loaded.model, config, trained_blocks) if config.lora else loaded.model
-        if config.compile:
-            compile_blocks(self.llm)
+        self.compiled_blocks = compile_blocks(self.llm) if compiling else None  # its report: the compile time
         self.trunk = FrozenTrunk(loaded.model, loaded.is_seq2seq, trained_blocks[0], DTYPES[config.cache_dtype],
                                  budget_bytes=config.trunk_cache_mb * 2**20) if trained_blocks else None
         self.scorer = ActionScorer(base_model(self.llm), loaded.tokenizer, loaded.is_seq2seq,
                                    normalize_by_length=config.normalize_by_length, batching=config.batching,
-                                   max_padding=config.max_padding, trunk=self.trunk)
+                                   max_padding=config.max_padding, trunk=self.trunk, score=config.score)
         hidden_size = loaded.model.get_input_embeddings().embedding_dim
         self.value_head = ValueHead(hidden_size).to(self.device)
         self.action_heads = (ActionHeads(hidden_size, num_actions).to(self.device)

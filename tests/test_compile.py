@@ -1,0 +1,94 @@
+"""model.compile=auto: compiled blocks for models large enough where inductor works, eager elsewhere, said in one
+line and recorded; true where inductor cannot work stops in one line; the first update's compile time is said once.
+(tests/test_numerics.py checks that compiled blocks compute what eager ones do.)"""
+
+import re
+
+import pytest
+import torch
+import yaml
+
+from glamrl.cli import main
+from glamrl.config import ConfigError, ModelConfig, Resolved, load_train_config
+from glamrl.llm import compiled
+from glamrl.llm.compiled import CompileError
+from glamrl.llm.policy import LLMPolicy
+from glamrl.train.ppo import train
+
+TINY = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "model.name=tiny-llama", "model.device=cpu",
+        "ppo.num_steps=4", "ppo.minibatch_size=4", "ppo.epochs=1", "run.tensorboard=false", "run.eval_episodes=0"]
+NO_CXX = "no C++ compiler found for inductor"
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture
+def no_cxx(monkeypatch):
+    """A machine where inductor's CPU backend finds no C++ compiler."""
+    monkeypatch.setattr(compiled, "find_cxx", lambda: None)
+
+
+@pytest.fixture
+def large(monkeypatch):
+    """The tiny models count as large enough for auto to compile them."""
+    monkeypatch.setattr(compiled, "AUTO_MIN_PARAMETERS", 0)
+
+
+def test_config_defaults_to_auto_and_checks_the_value():
+    assert ModelConfig().compile == "auto"
+    assert load_train_config(None, ["model.compile=true"]).model.compile is True
+    with pytest.raises(ConfigError, match="model.compile must be auto, true or false, got 'yes'"):
+        ModelConfig(compile="yes")
+
+
+def test_auto_keeps_a_tiny_model_eager_without_probing_inductor(monkeypatch):
+    monkeypatch.setattr(compiled, "inductor_problem", lambda device: pytest.fail("probed inductor"))
+    policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"))
+    assert policy.compiled_blocks is None
+    resolved = policy.resolved["model.compile"]
+    assert resolved.value == "false"
+    assert resolved.why.startswith("auto: ") and "parameters, under 50M" in resolved.why
+
+
+@pytest.mark.usefixtures("large")
+def test_auto_compiles_every_block_of_a_large_enough_model_where_inductor_works():
+    assert compiled.inductor_problem(torch.device("cpu")) is None  # this machine has g++
+    policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"))
+    why = "auto: 0.1M parameters, and inductor compiles on this CPU"
+    assert policy.resolved["model.compile"] == Resolved("true", why)
+    blocks = policy.llm.model.layers
+    assert policy.compiled_blocks.count == len(blocks) and all(b._compiled_call_impl is not None for b in blocks)
+
+
+@pytest.mark.usefixtures("large", "no_cxx")
+def test_auto_without_a_cxx_compiler_runs_eagerly_and_says_so_in_one_line(tmp_path):
+    said = []
+    train(load_train_config(None, [*TINY, "ppo.total_frames=8"]), tmp_path / "run", progress=False, say=said.append)
+    assert [line for line in said if line.startswith("model.compile")] == [
+        f"model.compile: false (auto: {NO_CXX}, so the blocks run eagerly)"]
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["resolved"]["model.compile"] == "false"
+
+
+@pytest.mark.usefixtures("no_cxx")
+def test_true_without_a_cxx_compiler_stops_in_one_line_before_the_run_directory(tmp_path, capsys):
+    with pytest.raises(CompileError, match=re.escape(f"model.compile=true, but {NO_CXX}: install g++")):
+        LLMPolicy(ModelConfig(name="tiny-llama", device="cpu", compile=True))
+    run = tmp_path / "run"
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({"env": {"id": "BabyAI-TurnToObject-v0"}}))
+    assert main(["train", "--config", str(config), "--run-dir", str(run), "--no-progress", *TINY,
+                 "ppo.total_frames=8", "model.compile=true"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"glamrl: error: model.compile=true, but {NO_CXX}")
+    assert not run.exists()
+
+
+def test_compiled_run_says_its_first_update_s_compile_time_once(tmp_path):
+    said = []
+    train(load_train_config(None, [*TINY, "ppo.total_frames=16", "model.compile=true"]), tmp_path / "run",
+          progress=False, say=said.append)
+    lines = [line for line in said if line.startswith("model.compile")]
+    assert lines[0] == "model.compile: true (model.compile=true)"
+    assert len(lines) == 2 and float(lines[1].split()[1]) > 0  # not again after update 2
+    assert lines[1].endswith(" s compiling the 2 blocks' passes, up to the end of update 1 "
+                             "(later passes of the same kinds reuse them)")
