@@ -9,9 +9,13 @@ the episode's step count, which no prompt shows), no critic reaches 1. This coll
 of the run's envs with its trained policy (sampling, as in training), computes the returns as the
 update does (GAE with the run's gamma and lambda, values in the returns' units), and prints:
 
-  ceiling    the share of the returns' variance that the best function of the prompt text explains
-             (`glamrl.stats.explainable_variance`: 1 - pooled within-prompt variance / total variance), and
-             of the prompt with the episode's step count (what a time-aware critic could reach)
+  ceiling    for each critic input in CRITIC_INPUTS (the prompt; the prompt with the episode's step
+             count, what a time-aware critic could reach), the share of the returns' variance that the
+             best function of that input explains (`glamrl.stats.explainable_variance`: ANOVA's
+             adjusted R^2, 1 - within-input mean square / total variance), on one frame per (input,
+             episode): a prompt repeated within an episode repeats its return, and counting every
+             repeat reads the ceiling high. Figures printed before this dedup were measured on all the
+             consecutive frames, which read about 2x high where prompts repeat.
   probe      held-out explained variance of a ridge regression from the value head's input (the hidden
              state) to the returns, fitted on half the frames (the best linear critic on those features)
   head       the squared correlation of the trained value head's outputs with the returns (the explained
@@ -21,24 +25,34 @@ update does (GAE with the run's gamma and lambda, values in the returns' units),
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from glamrl.agents.factory import make_agent, restore_model
+from glamrl.agents.factory import AgentKindError, make_agent, restore_model
+from glamrl.errors import GlamrlError
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.value_norm import ValueNormalizer
 from glamrl.rollout import step
-from glamrl.stats import explainable_variance
+from glamrl.stats import explainable_variance, one_frame_per_visit
+
+# what a critic reads, as the grouping key of the ceiling: (prompts, steps into the episode) -> one key a frame
+CRITIC_INPUTS = {
+    "V(prompt)": lambda prompts, elapsed: list(prompts),
+    "V(prompt, step count)": lambda prompts, elapsed: list(zip(prompts, elapsed.tolist())),
+}
 
 
-def collect(run: Path, steps: int, seed: int) -> tuple[list[str], np.ndarray, np.ndarray, torch.Tensor, np.ndarray]:
-    """(prompts, returns, head values, hidden states, steps into the episode) of `steps` steps of the run's
-    envs, step-major."""
+def collect(run: Path, steps: int, seed: int
+            ) -> tuple[list[str], np.ndarray, np.ndarray, torch.Tensor, np.ndarray, np.ndarray]:
+    """(prompts, returns, head values, hidden states, steps into the episode, episode ids) of `steps` steps of
+    the run's envs, step-major."""
     cfg, policy, state = restore_model(run)
     if cfg.agent.kind != "llm":
-        raise SystemExit(f"{run} holds a {cfg.agent.kind} agent: the probe reads an LLM policy's hidden states")
+        raise AgentKindError(f"{run} holds a {cfg.agent.kind} agent: the probe reads an LLM policy's hidden "
+                             f"states; give an llm run")
     norm = None
     if cfg.ppo.value_norm:
         norm = ValueNormalizer(cfg.ppo.value_norm_decay)
@@ -47,14 +61,17 @@ def collect(run: Path, steps: int, seed: int) -> tuple[list[str], np.ndarray, np
     envs = cfg.env.make_vector_env()
     agent = make_agent(cfg, policy, envs)
     obs, _ = envs.reset(seed=seed)
-    prompts, values, rewards, terminated, truncated, final_values, elapsed = [], [], [], [], [], [], []
+    prompts, values, rewards, terminated, truncated, final_values, elapsed, episodes = [], [], [], [], [], [], [], []
     t = np.zeros(cfg.env.num_envs, dtype=int)  # steps each env's episode has taken so far
+    episode = np.arange(cfg.env.num_envs)      # the id of each env's current episode
     with torch.no_grad():
         for _ in range(steps):
             s = step(envs, agent, obs)
             prompts += s.decision.inputs
             elapsed.append(t.copy())
+            episodes.append(episode.copy())
             t = np.where(s.done, 0, t + 1)
+            episode = np.where(s.done, episode.max() + 1 + np.cumsum(s.done) - 1, episode)
             values.append(real(s.decision.values.float()))
             rewards.append(torch.as_tensor(s.rewards * cfg.ppo.reward_scale, dtype=torch.float32))
             terminated.append(torch.as_tensor(s.terminated))
@@ -73,7 +90,8 @@ def collect(run: Path, steps: int, seed: int) -> tuple[list[str], np.ndarray, np
     _, returns = compute_gae(torch.stack(rewards), V, torch.stack(terminated), torch.stack(truncated),
                              torch.stack(final_values), next_value, cfg.ppo.gamma, cfg.ppo.gae_lambda)
     envs.close()
-    return prompts, returns.reshape(-1).numpy(), V.reshape(-1).numpy(), hidden, np.concatenate(elapsed)
+    return (prompts, returns.reshape(-1).numpy(), V.reshape(-1).numpy(), hidden, np.concatenate(elapsed),
+            np.concatenate(episodes))
 
 
 def ridge_probe(hidden: torch.Tensor, returns: np.ndarray, penalty: float, seed: int = 0) -> float:
@@ -87,19 +105,35 @@ def ridge_probe(hidden: torch.Tensor, returns: np.ndarray, penalty: float, seed:
     return float(1 - error.var() / returns[test].var())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Print the ceilings, the probe and the head; bad input (a GlamrlError) prints one line and exits 2."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="a trained llm run directory")
     parser.add_argument("--steps", type=int, default=64, help="steps of the run's envs (frames = steps x num_envs)")
     parser.add_argument("--seed", type=int, default=12345, help="env seed (away from training's)")
-    args = parser.parse_args()
-    prompts, returns, values, hidden, elapsed = collect(args.run, args.steps, args.seed)
-    print(f"{args.run}: {len(returns)} frames, {len(set(prompts))} distinct prompts, "
-          f"returns mean {returns.mean():.2f} std {returns.std():.2f}")
-    print(f"ceiling (best function of the prompt): {explainable_variance(prompts, returns):.3f}")
-    timed = list(zip(prompts, elapsed.tolist()))
-    print(f"ceiling of a critic that also reads the episode's step count: {explainable_variance(timed, returns):.3f} "
-          f"({len(set(timed))} distinct (prompt, step) pairs)")
+    args = parser.parse_args(argv)
+    try:
+        report(args.run, args.steps, args.seed)
+    except GlamrlError as err:
+        print(f"critic_ceiling: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def report(run: Path, steps: int, seed: int) -> None:
+    """Collect `steps` steps of `run`'s envs from env seed `seed` and print what a critic can explain."""
+    if steps < 1:
+        raise GlamrlError(f"--steps {steps}: the benchmark needs at least one step of the envs; give --steps 64")
+    if not run.is_dir():
+        raise GlamrlError(f"{run} is not a directory; give a run directory written by glamrl train")
+    prompts, returns, values, hidden, elapsed, episodes = collect(run, steps, seed)
+    print(f"{run}: {len(returns)} frames, {len(set(prompts))} distinct prompts, {len(set(episodes.tolist()))} "
+          f"episodes, returns mean {returns.mean():.2f} std {returns.std():.2f}")
+    for name, key in CRITIC_INPUTS.items():
+        keys = key(prompts, elapsed)
+        kept = one_frame_per_visit(keys, episodes.tolist())
+        print(f"ceiling of the best {name}: {explainable_variance(keys, returns, episodes.tolist()):.3f} "
+              f"({len(kept)} frames, one per (input, episode), {len(set(keys))} distinct inputs)")
     probes = {penalty: ridge_probe(hidden, returns, penalty) for penalty in (1, 10, 100, 1000)}
     best = max(probes, key=probes.get)
     print(f"probe (ridge on the value head's input, held-out half): {probes[best]:.3f} at penalty {best:g} "
@@ -108,4 +142,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

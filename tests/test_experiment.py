@@ -72,8 +72,16 @@ def test_experiment_trains_skips_resumes_and_reports(tmp_path, capsys, monkeypat
     assert (out / "random-seed1" / "eval.json").exists()
     report = (out / "report.md").read_text()
     assert "| tiny | 2 |" in report and "| tiny-lora | 1 |" in report and "random (evaluated)" in report
+    assert report.startswith("IQM over seeds (of fewer than 4 seeds: their mean) [95% interval: rliable's")
     lora = next(line for line in report.splitlines() if line.startswith("| tiny-lora |")).split(" | ")
-    assert lora[4] == "64"  # frames trained, whether or not it reached the target
+    assert lora[4] == "64"  # frames trained, whether or not it reached the target; one seed: no interval
+    tiny = next(line for line in report.splitlines() if line.startswith("| tiny |")).split(" | ")
+    assert tiny[4] == "64 [64, 64]"  # two seeds: rliable's interval over them
+    random = [c.strip() for c in next(line for line in report.splitlines() if "random (evaluated)" in line).split("|")]
+    success, low, high = map(float, random[7].replace("[", "").replace("]", "").replace(",", "").split())
+    assert random[2] == "1" and 0 <= low <= success <= high <= 1  # one seed: over its 20 episodes
+    assert main(["experiment", str(exp), "--report", "--aggregate", "mean"]) == 0
+    assert (out / "report.md").read_text().startswith("Mean over seeds [95% interval")
     assert (out / "success_frames.png").stat().st_size > 0 and (out / "success_minutes.png").stat().st_size > 0
     capsys.readouterr()
 

@@ -1,16 +1,30 @@
-"""`glamrl results`: suite JSONs over agents and seeds as Markdown, CSV and a bar chart."""
+"""`glamrl results`: suite JSONs over agents and seeds as Markdown, CSV and a bar chart, with rliable's IQM (or mean)
+over seeds and stratified-bootstrap intervals over seeds and episodes."""
 
 import csv
 import json
 
+import numpy as np
 import pytest
 
 from glamrl.cli import main
+from glamrl.stats import METRICS, interval_over_episodes
 
 
-def suite_json(path, agent, seed, success):
-    tests = {name: {"success_rate": s, "mean_return": s / 2, "success_ci": [max(0, s - 0.1), min(1, s + 0.1)]}
-             for name, s in success.items()}
+def outcomes(success: float, episodes: int = 10) -> dict:
+    """`episodes` outcomes at the success rate `success` (the first ones succeed, in 10 steps, return 0.5)."""
+    wins = round(success * episodes)
+    return {"success": [1] * wins + [0] * (episodes - wins), "return": [0.5] * wins + [0.0] * (episodes - wins),
+            "length": [10] * wins + [64] * (episodes - wins)}
+
+
+def suite_json(path, agent, seed, success, per_episode=True, episodes=10):
+    tests = {}
+    for name, s in success.items():
+        o = outcomes(s, episodes)
+        tests[name] = {"episodes": episodes, "success_rate": s, "mean_return": float(np.mean(o["return"])),
+                       "mean_length": float(np.mean(o["length"])), "success_ci": [max(0, s - 0.1), min(1, s + 0.1)],
+                       **({"per_episode": o} if per_episode else {})}
     path.write_text(json.dumps({"suite": "paper", "agent": agent, "seed": seed, "tests": tests}))
 
 
@@ -24,15 +38,47 @@ def test_results_aggregate_seeds_per_agent(tmp_path, capsys):
     out = tmp_path / "table"
     assert main(["results", str(runs), str(tmp_path / "bot.json"), "--out", str(out)]) == 0
     md = (out / "results.md").read_text()
-    assert "| test | run quick (2 seeds) | bot (1 seed) |" in md
-    assert "| no_change | 0.500 ± 0.141 | 1.000 ± 0.000 |" in md
-    assert "| french | 0.100 ± 0.141 | 1.000 ± 0.000 |" in md
+    assert "IQM over seeds (of fewer than 4 seeds: their mean)" in md
+    assert "| test | run quick (2 seeds) | bot (1 seed: interval over episodes) |" in md
+    # the same numbers as rliable's bootstrap of the (episodes, seeds) matrix, seeds then episodes resampled
+    quick = interval_over_episodes(np.array([outcomes(0.6)["success"], outcomes(0.4)["success"]]).T,
+                                   METRICS["success"])
+    assert quick.point == pytest.approx(0.5) and 0.2 <= quick.low < 0.4 and 0.6 < quick.high <= 0.8
+    assert f"| no_change | {quick.format('.3f')} | 1.000 [1.000, 1.000] |" in md
+    assert "**Mean episode length**" in md
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert len(rows) == 4
-    quick = next(r for r in rows if r["test"] == "no_change" and r["agent"] == "run quick")
-    assert int(quick["seeds"]) == 2 and float(quick["return_mean"]) == pytest.approx(0.25)
+    row = next(r for r in rows if r["test"] == "no_change" and r["agent"] == "run quick")
+    assert int(row["seeds"]) == 2 and row["interval_over"] == "seeds and episodes" and row["aggregate"] == "iqm"
+    assert float(row["return"]) == pytest.approx(0.25) and float(row["success_low"]) == pytest.approx(quick.low)
+    bot = next(r for r in rows if r["test"] == "french" and r["agent"] == "bot")
+    assert bot["interval_over"] == "episodes" and float(bot["length"]) == 10.0
     assert (out / "results.png").stat().st_size > 5000
-    assert "0.500 ± 0.141" in capsys.readouterr().out
+    assert quick.format(".3f") in capsys.readouterr().out
+    # the bootstrap is seeded: the same files give the same table
+    assert main(["results", str(runs), str(tmp_path / "bot.json"), "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "results.md").read_text() == md
+
+
+def test_results_iqm_or_mean_over_seeds(tmp_path):
+    for seed, s in enumerate([0.0, 0.3, 0.5, 1.0]):  # the IQM drops the lowest and the highest seed
+        suite_json(tmp_path / f"s{seed}.json", "run quick", seed, {"no_change": s})
+    for aggregate, value in [("iqm", "0.400"), ("mean", "0.450")]:
+        assert main(["results", str(tmp_path), "--aggregate", aggregate, "--out", str(tmp_path / aggregate)]) == 0
+        md = (tmp_path / aggregate / "results.md").read_text()
+        title = "IQM" if aggregate == "iqm" else "Mean"
+        assert f"| no_change | {value} [" in md and md.startswith(f"Suite results from 4 file(s).\n\n{title} over seeds")
+
+
+def test_results_without_per_episode_outcomes_are_over_seeds_only(tmp_path):
+    suite_json(tmp_path / "s1.json", "run quick", 1, {"no_change": 0.6}, per_episode=False)
+    suite_json(tmp_path / "s2.json", "run quick", 2, {"no_change": 0.4}, per_episode=False)
+    suite_json(tmp_path / "bot.json", "bot", 1, {"no_change": 1.0}, per_episode=False)
+    assert main(["results", str(tmp_path), "--out", str(tmp_path / "t")]) == 0
+    md = (tmp_path / "t" / "results.md").read_text()
+    assert "| test | bot (1 seed) | run quick (2 seeds) |" in md
+    assert "| no_change | 1.000 | 0.500 [0.400, 0.600] |" in md  # one seed: no interval; two: between them
+    assert "Without per-episode outcomes" in md and "bot, run quick" in md
 
 
 def test_results_reject_what_is_not_a_suite(tmp_path, capsys):
@@ -43,5 +89,26 @@ def test_results_reject_what_is_not_a_suite(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["results", str(empty)]) == 2
+    short = tmp_path / "short.json"
+    suite_json(short, "bot", 1, {"no_change": 1.0})
+    data = json.loads(short.read_text())
+    data["tests"]["no_change"]["per_episode"]["success"].pop()
+    short.write_text(json.dumps(data))
+    assert main(["results", str(short)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and "not a suite JSON" in err[0] and "no such file" in err[1] and "holds no suite" in err[2]
+    assert len(err) == 4 and "not a suite JSON" in err[0] and "no such file" in err[1] and "holds no suite" in err[2]
+    assert "per_episode success holds 9 outcomes for 10 episodes" in err[3]
+
+
+def test_suite_json_holds_per_episode_outcomes_that_results_bootstraps(tmp_path):
+    out = tmp_path / "bot.json"
+    assert main(["eval", "--agent", "bot", "--tests", "no_change,french", "--episodes", "4", "--num-envs", "2",
+                 "--out", str(out)]) == 0
+    for result in json.loads(out.read_text())["tests"].values():
+        per_episode = result["per_episode"]
+        assert {name: len(values) for name, values in per_episode.items()} == {"success": 4, "return": 4, "length": 4}
+        assert np.mean(per_episode["success"]) == result["success_rate"]
+        assert np.mean(per_episode["return"]) == pytest.approx(result["mean_return"])
+        assert np.mean(per_episode["length"]) == result["mean_length"]
+    assert main(["results", str(out), "--out", str(tmp_path / "t")]) == 0
+    assert "| test | bot (1 seed: interval over episodes) |" in (tmp_path / "t" / "results.md").read_text()

@@ -15,7 +15,10 @@ The report (OUT/report.md, OUT/success_frames.png, OUT/success_minutes.png): suc
 mean episode length of the training episodes against frames and against wall-clock minutes, and
 a table of the frames and minutes each agent took to reach `target` success (the first update
 whose training episodes reached it) and the frames and minutes each trained in all (a capped run
-stops short of the experiment's frames), with the mean and 95% interval over seeds.
+stops short of the experiment's frames): the IQM over seeds (`--aggregate mean`: the mean; the IQM
+of fewer than 4 seeds is their mean) with rliable's 95% bootstrap interval over the seeds, where
+there are several. Evaluation-only agents get theirs over seeds and episodes (one seed: over its
+episodes), as in `glamrl results`.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any
 import yaml
 
 from glamrl.config import ConfigError, EnvConfig, load_train_config
-from glamrl.stats import mean_interval
+from glamrl.stats import AGGREGATE_TITLES, BOOTSTRAP_REPS, METRICS, interval_over_seeds
 from glamrl.files import write_text
 from glamrl.run.dir import LOG_FILE
 from glamrl.run.log import read_log
@@ -237,21 +240,25 @@ def time_to_target(rows: list[dict[str, float]], target: float) -> tuple[float, 
     return None
 
 
-def report(experiment: Experiment) -> Path:
-    """The plots and the table of every run trained so far (unfinished runs are drawn as far as they got)."""
+def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP_REPS) -> Path:
+    """The plots and the table of every run trained so far (unfinished runs are drawn as far as they got), with
+    `aggregate` ("iqm" or "mean") over seeds and `reps` bootstrap resamples for the intervals."""
     from glamrl.eval.plot import plot_runs
+    from glamrl.eval.results import estimate
 
     trained = [(spec, [run_dir(experiment, spec, s) for s in spec.seeds
                        if (run_dir(experiment, spec, s) / LOG_FILE).exists()]) for spec in experiment.runs
                if spec.agent is None]
-    baselines = {}
+    evaluated = {}  # {name: (seeds, success estimate, length estimate)}
     for spec in experiment.runs:
         if spec.agent is not None:
             results = [json.loads((run_dir(experiment, spec, s) / "eval.json").read_text()) for s in spec.seeds
                        if (run_dir(experiment, spec, s) / "eval.json").exists()]
             if results:
-                baselines[spec.name] = {"success_rate": sum(r["success_rate"] for r in results) / len(results),
-                                        "num_frames_mean": sum(r["mean_length"] for r in results) / len(results)}
+                evaluated[spec.name] = (len(results), *(estimate(results, METRICS[m], aggregate, reps)
+                                                        for m in ("success", "length")))
+    baselines = {name: {"success_rate": success.point, "num_frames_mean": length.point}
+                 for name, (_, success, length) in evaluated.items()}
     dirs = [d for _, group in trained for d in group]
     labels = {d: spec.name for spec, group in trained for d in group}
     metrics = ("success_rate", "num_frames_mean")
@@ -260,32 +267,38 @@ def report(experiment: Experiment) -> Path:
                   baselines=baselines)
         plot_runs(dirs, experiment.out / "success_minutes.png", x="minutes", metrics=metrics, labels=labels,
                   baselines=baselines)
-    lines = [f"| agent | seeds | frames to {experiment.target:g} | minutes to {experiment.target:g} | "
+    lines = [f"{AGGREGATE_TITLES[aggregate]} [95% interval: "
+             f"rliable's bootstrap over the seeds, {reps} resamples; evaluated agents: over the seeds and their "
+             f"episodes, or one seed's episodes]; one seed: its value.", "",
+             f"| agent | seeds | frames to {experiment.target:g} | minutes to {experiment.target:g} | "
              f"frames trained | minutes trained | last success | last mean length |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def over_seeds(values: list[float], runs: int, metric: str) -> str:
+        return _over_seeds(values, runs, metric, aggregate, reps)
+
     for spec, group in trained:
         logs = [read_log(d) for d in group]
         reached = [time_to_target(rows, experiment.target) for rows in logs]
         hits = [r for r in reached if r is not None]
         last = [next((r for r in reversed(rows) if "success_rate" in r), {}) for rows in logs]
-        lines.append(f"| {spec.name} | {len(group)} | {_mean_ci([h[0] for h in hits], len(group), '.0f')} | "
-                     f"{_mean_ci([h[1] for h in hits], len(group), '.1f')} | "
-                     f"{_mean_ci([rows[-1]['frames'] for rows in logs if rows], len(group), '.0f')} | "
-                     f"{_mean_ci([rows[-1]['duration'] / 60 for rows in logs if rows], len(group), '.1f')} | "
-                     f"{_mean_ci([r['success_rate'] for r in last if r], len(group), '.2f')} | "
-                     f"{_mean_ci([r['num_frames_mean'] for r in last if r], len(group), '.1f')} |")
-    for name, b in baselines.items():
-        lines.append(f"| {name} (evaluated) | | | | | | {b['success_rate']:.2f} | {b['num_frames_mean']:.1f} |")
+        lines.append(f"| {spec.name} | {len(group)} | {over_seeds([h[0] for h in hits], len(group), 'frames')} | "
+                     f"{over_seeds([h[1] for h in hits], len(group), 'minutes')} | "
+                     f"{over_seeds([rows[-1]['frames'] for rows in logs if rows], len(group), 'frames')} | "
+                     f"{over_seeds([rows[-1]['duration'] / 60 for rows in logs if rows], len(group), 'minutes')} | "
+                     f"{over_seeds([r['success_rate'] for r in last if r], len(group), 'success')} | "
+                     f"{over_seeds([r['num_frames_mean'] for r in last if r], len(group), 'length')} |")
+    for name, (seeds, success, length) in evaluated.items():
+        lines.append(f"| {name} (evaluated) | {seeds} | | | | | {success.format(METRICS['success'].fmt)} | "
+                     f"{length.format(METRICS['length'].fmt)} |")
     return write_text(experiment.out / "report.md", "\n".join(lines) + "\n")
 
 
-def _mean_ci(values: list[float], runs: int, fmt: str) -> str:
-    """"mean [lo, hi]" over `values`, and how many of the `runs` got one when not all did."""
+def _over_seeds(values: list[float], runs: int, metric: str, aggregate: str, reps: int) -> str:
+    """"value [low, high]" over the finite `values`, one per seed (rliable's `aggregate` and interval over seeds;
+    a single value alone), and how many of the `runs` got one when not all did."""
+    values = [v for v in values if math.isfinite(v)]
     if not values:
         return "not reached" if runs else ""
-    mean = sum(values) / len(values)
-    text = f"{mean:{fmt}}"
-    if len(values) > 1:
-        lo, hi = mean_interval(values)
-        text += f" [{lo:{fmt}}, {hi:{fmt}}]"
+    text = interval_over_seeds(values, METRICS[metric], aggregate, reps).format(METRICS[metric].fmt)
     return text + (f" ({len(values)} of {runs})" if len(values) < runs else "")

@@ -2,8 +2,14 @@
 
 Files with the same agent label (`glamrl eval --suite ... --out`: "bot", "random",
 "llm smollm2-135m zero-shot", "run NAME" with the run's seed suffix dropped) are seeds of
-one agent: each cell is their mean ± standard deviation over seeds. With a single seed,
-the chart's error bars are that run's 95% Wilson interval instead.
+one agent. Each cell is the IQM over seeds (`--aggregate mean`: the mean) of each seed's success
+rate, mean return and mean episode length, with rliable's 95% stratified-bootstrap interval that
+resamples the seeds and, within each, its episodes (the `per_episode` outcomes of each test;
+`glamrl.stats.interval_over_episodes`). A single seed's interval resamples its episodes and its
+column says so. The IQM of fewer than 4 seeds trims none of them: it is their mean. Intervals stay
+in the metric's range (`glamrl.stats.METRICS`), and the bootstrap is seeded: the same files give
+the same table. Suite JSONs written without `per_episode` get an interval over seeds only (none
+for one seed), and a note under the table says so.
 
 Nothing is counted twice or pooled unequally: a file named twice (or also found in a folder
 given) counts once, two files with the same content are refused, and so are an incomplete
@@ -25,10 +31,14 @@ import numpy as np
 from glamrl.errors import GlamrlError
 from glamrl.files import atomic_output, write_text
 from glamrl.run.dir import check_output
+from glamrl.stats import (AGGREGATE_TITLES, BOOTSTRAP_REPS, BOOTSTRAP_SEED, METRICS, Estimate, Metric,
+                          interval_over_episodes, interval_over_seeds)
 
 OUT_FILES = ("results.md", "results.csv", "results.png")
 TEST_FIELDS = ("success_rate", "mean_return", "success_ci")
 """What every test of a suite JSON must hold."""
+TABLED = ("success", "return", "length")
+"""The metrics of the table, in its order (`glamrl.stats.METRICS`)."""
 
 
 class ResultsError(GlamrlError, ValueError):
@@ -37,25 +47,33 @@ class ResultsError(GlamrlError, ValueError):
 
 @dataclass
 class Cell:
-    """One (test, agent) entry over seeds."""
+    """One (test, agent) entry over seeds: the test's result in each seed's file."""
 
-    success: list[float] = field(default_factory=list)
-    returns: list[float] = field(default_factory=list)
-    ci: list[tuple[float, float]] = field(default_factory=list)
+    results: list[dict[str, Any]] = field(default_factory=list)
     episodes: list[tuple[Path, int | None]] = field(default_factory=list)
     """(file, episodes of the test) of each seed."""
 
-    @staticmethod
-    def _mean_std(values: list[float]) -> tuple[float, float]:
-        return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-
     @property
-    def success_mean_std(self) -> tuple[float, float]:
-        return self._mean_std(self.success)
+    def seeds(self) -> int:
+        return len(self.results)
 
-    @property
-    def return_mean_std(self) -> tuple[float, float]:
-        return self._mean_std(self.returns)
+
+Estimates = dict[tuple[str, str, str], Estimate | None]
+"""{(test, agent, metric name): its estimate over seeds, None where a seed's file lacks the metric}."""
+
+
+def estimate(summaries: Sequence[dict[str, Any]], metric: Metric, aggregate: str = "iqm",
+             reps: int = BOOTSTRAP_REPS, seed: int = BOOTSTRAP_SEED) -> Estimate | None:
+    """`metric` over seeds from each seed's evaluation summary (`glamrl.rollout.summarize`): over the seeds and
+    their episodes where every summary holds its `per_episode` outcomes, equally many, else over the seeds'
+    values; None where a summary lacks the metric."""
+    values = [s.get(metric.summary_key) for s in summaries]
+    if not values or any(v is None for v in values):
+        return None
+    outcomes = [(s.get("per_episode") or {}).get(metric.name) for s in summaries]
+    if all(o is not None for o in outcomes) and len({len(o) for o in outcomes}) == 1 and outcomes[0]:
+        return interval_over_episodes(np.array(outcomes, dtype=float).T, metric, aggregate, reps, seed)
+    return interval_over_seeds(values, metric, aggregate, reps, seed)
 
 
 def find_suite_files(paths: Sequence[Path]) -> list[Path]:
@@ -104,17 +122,38 @@ def load_suite(path: Path) -> dict[str, Any]:
         missing = [key for key in TEST_FIELDS if not isinstance(result, dict) or key not in result]
         if missing:
             raise ResultsError(f"{path}: test {test!r} lacks {', '.join(missing)} (write it with glamrl eval --suite)")
-        numbers = [result["success_rate"], result["mean_return"], *_pair(result["success_ci"])]
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers):
+        numbers = [result["success_rate"], result["mean_return"], *_pair(result["success_ci"]),
+                   *([result["mean_length"]] if "mean_length" in result else [])]
+        if not all(map(_is_number, numbers)):
             raise ResultsError(f"{path}: test {test!r} holds values that are not numbers")
+        _check_per_episode(path, test, result)
     return data
+
+
+def _check_per_episode(path: Path, test: str, result: dict[str, Any]) -> None:
+    """The test's `per_episode` outcomes, where it has them: lists of numbers, one per episode."""
+    outcomes = result.get("per_episode")
+    if outcomes is None:
+        return
+    if not isinstance(outcomes, dict):
+        raise ResultsError(f"{path}: test {test!r}: per_episode must map success, return, length to lists")
+    for name, values in outcomes.items():
+        if not isinstance(values, list) or not all(map(_is_number, values)):
+            raise ResultsError(f"{path}: test {test!r}: per_episode {name} must be a list of numbers")
+        if result.get("episodes") is not None and len(values) != result["episodes"]:
+            raise ResultsError(f"{path}: test {test!r}: per_episode {name} holds {len(values)} outcomes for "
+                               f"{result['episodes']} episodes")
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _pair(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) and len(value) == 2 else [None]
 
 
-def aggregate(files: Sequence[Path]) -> tuple[list[str], list[str], dict[tuple[str, str], Cell]]:
+def collect_cells(files: Sequence[Path]) -> tuple[list[str], list[str], dict[tuple[str, str], Cell]]:
     """(tests, agents, {(test, agent): Cell}) in order of first appearance; seeds of a cell must be of equal size."""
     tests: list[str] = []
     agents: list[str] = []
@@ -131,51 +170,87 @@ def aggregate(files: Sequence[Path]) -> tuple[list[str], list[str], dict[tuple[s
                 first, size = cell.episodes[0]
                 raise ResultsError(f"{agent!r} on {test!r}: {first} ran {size} episodes, {path} {episodes}; "
                                    f"evaluate every seed with the same --episodes")
-            cell.success.append(r["success_rate"])
-            cell.returns.append(r["mean_return"])
-            cell.ci.append(tuple(r["success_ci"]))
+            cell.results.append(r)
             cell.episodes.append((path, episodes))
     return tests, agents, cells
 
 
-def markdown_table(tests: list[str], agents: list[str], cells: dict[tuple[str, str], Cell]) -> str:
-    """Success rate and mean return, mean ± std over seeds, one row per test and one column per agent."""
-    def seeds(agent: str) -> int:
-        return max(len(cells[t, agent].success) for t in tests if (t, agent) in cells)
+def estimate_cells(cells: dict[tuple[str, str], Cell], aggregate: str = "iqm", reps: int = BOOTSTRAP_REPS,
+                   seed: int = BOOTSTRAP_SEED) -> Estimates:
+    """Every tabled metric of every cell over its seeds, each bootstrap seeded with `seed`."""
+    return {(test, agent, name): estimate(cell.results, METRICS[name], aggregate, reps, seed)
+            for (test, agent), cell in cells.items() for name in TABLED}
 
-    def entry(test: str, agent: str, metric: str) -> str:
-        if (test, agent) not in cells:
+
+def markdown_table(tests: list[str], agents: list[str], cells: dict[tuple[str, str], Cell], estimates: Estimates,
+                   aggregate: str = "iqm", reps: int = BOOTSTRAP_REPS) -> str:
+    """Success rate, mean return and mean length over seeds with their intervals, one row per test and one column
+    per agent, under a line that says what the numbers are."""
+    def seeds(agent: str) -> int:
+        return max(cells[t, agent].seeds for t in tests if (t, agent) in cells)
+
+    def bases(agent: str) -> set[str]:
+        return {e.basis for (_, a, _), e in estimates.items() if a == agent and e is not None}
+
+    def column(agent: str) -> str:
+        n = seeds(agent)
+        if n > 1:
+            return f"{agent} ({n} seeds)"
+        return f"{agent} (1 seed: interval over episodes)" if bases(agent) == {"episodes"} else f"{agent} (1 seed)"
+
+    def entry(test: str, agent: str, metric: Metric) -> str:
+        found = estimates.get((test, agent, metric.name))
+        if found is None:
             return "–"
         cell = cells[test, agent]
-        mean, std = getattr(cell, metric)
-        fewer = len(cell.success) < seeds(agent)  # some seeds of this agent did not run this test
-        return f"{mean:.3f} ± {std:.3f}" + (f" ({len(cell.success)} of {seeds(agent)} seeds)" if fewer else "")
+        fewer = cell.seeds < seeds(agent)  # some seeds of this agent did not run this test
+        return found.format(metric.fmt) + (f" ({cell.seeds} of {seeds(agent)} seeds)" if fewer else "")
 
-    header = "| test | " + " | ".join(f"{a} ({seeds(a)} seed{'s' * (seeds(a) > 1)})" for a in agents) + " |"
+    lines = [f"{AGGREGATE_TITLES[aggregate]} [95% interval: rliable's stratified bootstrap, {reps} resamples, of "
+             f"the seeds and each seed's episodes; of one seed, of its episodes]", ""]
+    header = "| test | " + " | ".join(map(column, agents)) + " |"
     rule = "|---|" + "---:|" * len(agents)
-    lines = []
-    for title, metric in [("Success rate", "success_mean_std"), ("Mean return", "return_mean_std")]:
-        lines += [f"**{title}** (mean ± std over seeds)", "", header, rule]
+    for name in TABLED:
+        metric = METRICS[name]
+        if all(estimates.get((t, a, name)) is None for t in tests for a in agents):
+            continue  # suite JSONs without it (mean_length came later)
+        lines += [f"**{metric.title}**", "", header, rule]
         for test in tests:
             lines.append(f"| {test} | " + " | ".join(entry(test, a, metric) for a in agents) + " |")
         lines.append("")
+    older = sorted({a for (_, a, _), e in estimates.items() if e is not None and e.episodes == 0})
+    if older:
+        lines += [f"Without per-episode outcomes (suite JSONs written before glamrl saved them): "
+                  f"{', '.join(older)}; their intervals are over seeds only, none for one seed.", ""]
     return "\n".join(lines)
 
 
-def write_csv(path: Path, tests: list[str], agents: list[str], cells: dict[tuple[str, str], Cell]) -> Path:
+def write_csv(path: Path, tests: list[str], agents: list[str], cells: dict[tuple[str, str], Cell],
+              estimates: Estimates, aggregate: str = "iqm") -> Path:
+    """One row per (test, agent): seeds, episodes per seed, what the intervals resampled, and each metric's
+    aggregate with its interval (empty where the files lack it or there is no interval)."""
+    def numbers(found: Estimate | None) -> list[float | str]:
+        if found is None:
+            return ["", "", ""]
+        return [found.point, *(("", "") if np.isnan(found.low) else (found.low, found.high))]
+
     with atomic_output(path) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["test", "agent", "seeds", "success_mean", "success_std", "return_mean", "return_std"])
+        writer.writerow(["test", "agent", "seeds", "episodes", "aggregate", "interval_over",
+                         *(f"{name}{end}" for name in TABLED for end in ("", "_low", "_high"))])
         for test in tests:
             for agent in agents:
                 if (test, agent) in cells:
                     c = cells[test, agent]
-                    writer.writerow([test, agent, len(c.success), *c.success_mean_std, *c.return_mean_std])
+                    found = [estimates[test, agent, name] for name in TABLED]
+                    basis = next((e.basis for e in found if e is not None), "none")
+                    writer.writerow([test, agent, c.seeds, c.episodes[0][1] or "", aggregate, basis,
+                                     *(x for e in found for x in numbers(e))])
     return path
 
 
-def bar_chart(path: Path, tests: list[str], agents: list[str], cells: dict[tuple[str, str], Cell]) -> Path:
-    """Success rate per test, one colour per agent, error bars (std over seeds, or 95% CI for one seed)."""
+def bar_chart(path: Path, tests: list[str], agents: list[str], estimates: Estimates, aggregate: str = "iqm") -> Path:
+    """Success rate per test, one colour per agent, error bars the 95% intervals of the tables."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -185,11 +260,12 @@ def bar_chart(path: Path, tests: list[str], agents: list[str], cells: dict[tuple
     width = 0.8 / len(agents)
     x = np.arange(len(tests))
     for k, agent in enumerate(agents):
-        bars = np.array([_bar(cells.get((test, agent))) for test in tests])  # (tests, 3): mean, below, above
+        bars = np.array([_bar(estimates.get((test, agent, "success"))) for test in tests])  # (tests, 3)
         ax.bar(x + (k - (len(agents) - 1) / 2) * width, bars[:, 0], width, yerr=bars[:, 1:].T, capsize=2,
                label=agent)
     ax.set_xticks(x, tests, rotation=35, ha="right")
-    ax.set(ylabel="success rate", ylim=(0, 1.2), yticks=np.linspace(0, 1, 6), title="Generalisation suite")
+    ax.set(ylabel=f"success rate ({'IQM' if aggregate == 'iqm' else 'mean'} over seeds, 95% CI)", ylim=(0, 1.2),
+           yticks=np.linspace(0, 1, 6), title="Generalisation suite")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize="small", loc="upper center", ncols=len(agents), frameon=False)
     fig.tight_layout()
@@ -201,20 +277,23 @@ def bar_chart(path: Path, tests: list[str], agents: list[str], cells: dict[tuple
     return path
 
 
-def _bar(cell: Cell | None) -> tuple[float, float, float]:
-    """(mean success, error below, error above): std over seeds, or the 95% CI of a single seed."""
-    if cell is None:
+def _bar(found: Estimate | None) -> tuple[float, float, float]:
+    """(aggregate, error below, error above); no error bar without an interval."""
+    if found is None:
         return (np.nan, 0.0, 0.0)
-    mean, std = cell.success_mean_std
-    lo, hi = (mean - std, mean + std) if len(cell.success) > 1 else cell.ci[0]
-    return (mean, max(0.0, mean - lo), max(0.0, hi - mean))
+    if np.isnan(found.low):
+        return (found.point, 0.0, 0.0)
+    return (found.point, max(0.0, found.point - found.low), max(0.0, found.high - found.point))
 
 
-def write_results(paths: Sequence[Path], out_dir: Path) -> tuple[str, list[Path]]:
+def write_results(paths: Sequence[Path], out_dir: Path, aggregate: str = "iqm",
+                  reps: int = BOOTSTRAP_REPS) -> tuple[str, list[Path]]:
     """Write results.md, results.csv and results.png under `out_dir`; return the Markdown and the paths."""
     md_path, csv_path, png_path = (check_output(Path(out_dir) / name) for name in OUT_FILES)
     files = find_suite_files(paths)
-    tests, agents, cells = aggregate(files)
-    table = markdown_table(tests, agents, cells)
+    tests, agents, cells = collect_cells(files)
+    estimates = estimate_cells(cells, aggregate, reps)
+    table = markdown_table(tests, agents, cells, estimates, aggregate, reps)
     write_text(md_path, f"Suite results from {len(files)} file(s).\n\n{table}")
-    return table, [md_path, write_csv(csv_path, tests, agents, cells), bar_chart(png_path, tests, agents, cells)]
+    return table, [md_path, write_csv(csv_path, tests, agents, cells, estimates, aggregate),
+                   bar_chart(png_path, tests, agents, estimates, aggregate)]
