@@ -13,8 +13,13 @@ from glamrl.config import AGENT_KINDS, EnvConfig, ModelConfig
 from glamrl.errors import GlamrlError
 from glamrl.files import disk_failure
 from glamrl.run.dir import RunDir, check_output
+from glamrl.stats import AGGREGATES
 
 if TYPE_CHECKING:
+    from gymnasium.vector import SyncVectorEnv
+
+    from glamrl.agents.base import Agent
+    from glamrl.config import TrainConfig
     from glamrl.eval.agents import AgentSpec
 
 EXAMPLES = """examples:
@@ -52,36 +57,57 @@ def int_at_least(minimum: int):
 positive_int, non_negative_int = int_at_least(1), int_at_least(0)
 
 
+class FlagError(GlamrlError, ValueError):
+    """Command-line flags that cannot apply to what the command runs."""
+
+
+def refuse(args: argparse.Namespace, flags: tuple[str, ...], why: str) -> None:
+    """Raise `FlagError` if any of `flags` (argparse dests) was given: `why` ends the sentence."""
+    given = [f"--{flag.replace('_', '-')}" for flag in flags if getattr(args, flag, None) not in (None, False)]
+    if given:
+        raise FlagError(f"{' and '.join(given)} cannot apply {why}")
+
+
 def add_episode_args(parser: argparse.ArgumentParser) -> None:
     """The level and the episodes to run: shared by eval and demos."""
     parser.add_argument("--env", default=None,
-                        help=f"BabyAI-Text level id (default {EnvConfig.id}; with --suite: the level "
-                             "the tests change the text of, instead of the training level)")
+                        help=f"BabyAI-Text level id (default: the run's env.id, else {EnvConfig.id}; another "
+                             "level than the run's has its own tasks and step limit; with --suite: the level "
+                             "the tests change the text of)")
     parser.add_argument("--episodes", type=positive_int, default=100)
-    parser.add_argument("--seed", type=non_negative_int, default=1)
+    parser.add_argument("--seed", type=non_negative_int, default=1,
+                        help="eval: episode k plays from seed + 1000000 + k, whatever --num-envs (the episodes a "
+                             "run with env.seed=SEED is evaluated on); demos: from seed + k")
     parser.add_argument("--num-envs", type=positive_int, default=4)
-    parser.add_argument("--task", default=None, help="restrict a Mixed level to one task kind")
-    parser.add_argument("--language", choices=("en", "fr"), default="en")
+    parser.add_argument("--task", default=None, help="restrict a Mixed level to one task kind (default: the run's)")
+    parser.add_argument("--language", choices=("en", "fr"), default=None, help="default: the run's, else en")
 
 
 def agent_spec(args: argparse.Namespace, default_kind: str | None = None) -> AgentSpec:
-    """The `AgentSpec` that the agent options of `eval`, `play` and `demos` name."""
+    """The `AgentSpec` that the agent options of `eval`, `play` and `demos` name; options that cannot apply to
+    that agent are refused."""
     from glamrl.eval.agents import AgentSpec
 
     kind = args.agent if args.agent is not None or args.run is not None else default_kind
-    return AgentSpec(kind=kind, model=args.model, run=args.run, dtype=args.dtype, device=args.device,
-                     greedy=args.greedy)
+    if args.run is not None:
+        refuse(args, ("model", "dtype"), f"with --run: the run's model is the one in {args.run}")
+    elif kind in ("random", "bot"):
+        refuse(args, ("model", "dtype", "device", "greedy"), f"to --agent {kind}: only to llm agents")
+    given = {key: getattr(args, key) for key in ("model", "dtype", "device") if getattr(args, key) is not None}
+    return AgentSpec(kind=kind, run=args.run, greedy=args.greedy, **given)
 
 
 def add_agent_args(parser: argparse.ArgumentParser) -> None:
     """The agent to run, fresh (`--agent`, `--model`) or trained (`--run`): shared by eval, play and demos."""
     parser.add_argument("--agent", choices=AGENT_KINDS, default=None,
                         help="agent kind (with --run: checked against the run's; default: the run's)")
-    parser.add_argument("--model", default=ModelConfig.name,
-                        help="llm agent: model name or path (a `glamrl export` dir too)")
-    parser.add_argument("--run", type=Path, default=None, help="the trained agent of this run dir (any kind)")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--model", default=None,
+                        help=f"llm agent: model name or path (a `glamrl export` dir too; default {ModelConfig.name})")
+    parser.add_argument("--run", type=Path, default=None,
+                        help="the trained agent of this run dir (any kind), on the run's env settings by default")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                        help=f"a fresh llm agent's weights (default {ModelConfig.dtype})")
+    parser.add_argument("--device", default=None, help="llm: cpu, cuda, cuda:N, auto (default: the run's, else auto)")
     parser.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
 
 
@@ -131,10 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     pp = sub.add_parser("play", help="one episode as a GIF (or a PNG sheet): picture, text, action probabilities")
     add_agent_args(pp)
-    pp.add_argument("--env", default=None, help=f"BabyAI-Text level id (default: the test's, else {EnvConfig.id})")
+    pp.add_argument("--env", default=None,
+                    help=f"BabyAI-Text level id (default: the test's, else the run's env.id, else {EnvConfig.id})")
     pp.add_argument("--test", default=None, help="play under a suite test, e.g. french or invented_words")
-    pp.add_argument("--seed", type=non_negative_int, default=1)
-    pp.add_argument("--language", choices=("en", "fr"), default="en")
+    pp.add_argument("--seed", type=non_negative_int, default=1,
+                    help="plays from seed + 1000000: the first episode of `glamrl eval --seed SEED` (episode k "
+                         "of it is --seed SEED+k)")
+    pp.add_argument("--language", choices=("en", "fr"), default=None, help="default: the run's, else en")
     pp.add_argument("--format", choices=("gif", "png-sheet"), default="gif")
     pp.add_argument("--max-frames", type=positive_int, default=200)
     pp.add_argument("--out", type=Path, default=Path("episode.gif"))
@@ -147,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     xp.add_argument("--sbatch", type=Path, default=None, help="write a SLURM array job (one task per run) and stop")
     xp.add_argument("--time", default="24:00:00", help="--sbatch: the time limit of each task")
     xp.add_argument("--cpus", type=positive_int, default=8, help="--sbatch: CPUs per task")
+    xp.add_argument("--aggregate", choices=AGGREGATES, default="iqm",
+                    help="the report's times and successes over seeds: interquartile mean or mean (rliable)")
 
     cf = sub.add_parser("config", help="every config field with its type, default and help")
     cf.add_argument("section", nargs="?", default=None, help="one section only: env, prompt, model, ppo, ...")
@@ -154,32 +185,39 @@ def build_parser() -> argparse.ArgumentParser:
     rs = sub.add_parser("results", help="table (Markdown, CSV) and bar chart of suite JSONs over agents and seeds")
     rs.add_argument("inputs", nargs="+", type=Path, help="suite JSONs, or folders searched for them")
     rs.add_argument("--out", type=Path, default=Path("results"), help="folder for results.md, .csv and .png")
+    rs.add_argument("--aggregate", choices=AGGREGATES, default="iqm",
+                    help="over seeds: interquartile mean or mean, with rliable's 95%% bootstrap intervals")
     return parser
 
 
 def cmd_play(args: argparse.Namespace) -> None:
-    import dataclasses
-
-    from glamrl.eval.agents import agent_builder
+    from glamrl.eval.agents import builder, eval_env, load_eval_model
     from glamrl.eval.render import SUFFIXES, draw_frames, play_episode, write_episode
-    from glamrl.eval.suite import SuiteTest, select_tests
+    from glamrl.eval.suite import SuiteTest, applicable, select_tests
     from glamrl.envs import make_env
+    from glamrl.rollout import eval_seed
 
     fmt = "gif" if args.format == "gif" else "png"
     check_output(args.out, suffixes=(SUFFIXES[fmt],))
     if args.test is not None:
+        refuse(args, ("language",), f"with --test {args.test}: the test sets its language")
         (test,) = select_tests(None, args.test)
-        test = dataclasses.replace(test, env_id=args.env or test.env_id)
-    else:
-        test = SuiteTest("play", "one episode", env_id=args.env or EnvConfig.id, language=args.language)
-    make_env(test.env_id)  # an unknown id fails here, before the agent loads
-    label, build = agent_builder(agent_spec(args), args.seed)
-    moments, names = play_episode(test, build, args.seed, args.max_frames)
-    where = test.env_id if args.test is None else f"{test.name}, {test.env_id}"
+    if args.env is not None:
+        make_env(args.env)  # an unknown id fails here, before the agent loads
+    spec = agent_spec(args)
+    cfg, model, label = load_eval_model(spec, args.seed, args.language)
+    env = eval_env(cfg.env, args.env, language=args.language)
+    if args.test is None:
+        test = SuiteTest("play", "one episode", language=env.language)
+    elif skipped := applicable([test], env)[1]:
+        raise FlagError(f"--test {test.name} cannot apply: {skipped[test.name]}")
+    moments, names = play_episode(test, builder(cfg, model, spec.greedy), eval_seed(args.seed), args.max_frames, env)
+    level = test.env_config(env).id
+    where = level if args.test is None else f"{test.name}, {level}"
     images = draw_frames(moments, names, f"{label} | {where} seed {args.seed}")
     write_episode(images, args.out, fmt)
     outcome = moments[-1].outcome or f"stopped after {len(moments)} frames"
-    print(f"{label}: {outcome}; {len(images)} frames in {args.out}")
+    print(f"{label} on {where}, seed {args.seed}: {outcome}; {len(images)} frames in {args.out}")
 
 
 def cmd_experiment(args: argparse.Namespace) -> None:
@@ -197,7 +235,7 @@ def cmd_experiment(args: argparse.Namespace) -> None:
     if not args.report:
         run_tasks(experiment, args.task)
     if args.task is None or args.report:
-        out = report(experiment)
+        out = report(experiment, aggregate=args.aggregate)
         print(out.read_text(), end="")
         print(f"wrote {out} and the curves beside it")
 
@@ -216,28 +254,47 @@ def cmd_config(args: argparse.Namespace) -> None:
 def cmd_results(args: argparse.Namespace) -> None:
     from glamrl.eval.results import write_results
 
-    table, paths = write_results(args.inputs, args.out)
+    table, paths = write_results(args.inputs, args.out, aggregate=args.aggregate)
     print(table)
     print("wrote " + ", ".join(str(p) for p in paths))
 
 
+def eval_agent(args: argparse.Namespace, default_kind: str | None = None) -> tuple[Agent, TrainConfig, SyncVectorEnv]:
+    """(the agent, its config, its --num-envs envs) of `eval` on one level and of `demos`. The config's env is the
+    run's (a fresh agent's: the defaults), with the level, task and language flags given, and --seed."""
+    import dataclasses
+
+    from glamrl.agents.factory import make_agent
+    from glamrl.eval.agents import eval_env, load_eval_model
+    from glamrl.envs import make_env
+
+    if args.env is not None:
+        make_env(args.env, task=args.task)  # an unknown id or task fails here, before the agent loads
+    spec = agent_spec(args, default_kind)
+    cfg, model, _ = load_eval_model(spec, args.seed, args.language)
+    env = dataclasses.replace(eval_env(cfg.env, args.env, args.task, args.language), seed=args.seed)
+    cfg = dataclasses.replace(cfg, env=env)
+    envs = dataclasses.replace(env, num_envs=args.num_envs).make_vector_env()
+    return make_agent(cfg, model, envs, greedy=spec.greedy), cfg, envs
+
+
 def cmd_eval(args: argparse.Namespace) -> None:
+    """`glamrl eval` on one level. The JSON holds the summary, the env settings, and the episodes' seeds: episode k
+    played from `eval_seed` + k, on `num_envs` envs."""
     if args.suite is not None or args.tests is not None:
         return cmd_suite(args)
-    args.env = args.env or EnvConfig.id
-    from glamrl.envs import make_vector_env
     from glamrl.files import write_text
-    from glamrl.rollout import evaluate, format_table
+    from glamrl.rollout import eval_seed, evaluate, format_table
 
     if args.out:
         check_output(args.out, suffixes=(".json",))
-    from glamrl.eval.agents import make_eval_agent
-
-    envs = make_vector_env(args.env, args.num_envs, task=args.task, language=args.language)
-    agent, kind = make_eval_agent(agent_spec(args), envs, args.seed, args.language)
-    summary = evaluate(envs, agent, args.episodes, seed=args.seed, progress=True)
-    summary = {"agent": kind, "env": args.env, "seed": args.seed, **summary}
-    print(f"{kind} on {args.env} ({args.episodes} episodes, seed {args.seed})")
+    agent, cfg, envs = eval_agent(args)
+    env, seed = cfg.env, eval_seed(args.seed)
+    summary = evaluate(envs, agent, args.episodes, seed=seed, progress=True)
+    summary = {"agent": cfg.agent.kind, "env": env.id, "task": env.task, "max_steps": env.max_steps,
+               "faithful": env.faithful, "language": env.language, "seed": args.seed, "eval_seed": seed,
+               "num_envs": envs.num_envs, **summary}
+    print(f"{summary['agent']} on {env.id} ({args.episodes} episodes from seed {seed})")
     print(format_table(summary))
     if args.out:
         write_text(args.out, json.dumps(summary, indent=2))
@@ -248,24 +305,32 @@ def cmd_suite(args: argparse.Namespace) -> None:
     """`glamrl eval --suite`: every test of the suite, one JSON; bad names, agents or paths fail first.
 
     The JSON names the suite only when all its tests were asked (`--tests` makes it "custom"), and is
-    `complete` once every test asked has run (it is rewritten after each test).
+    `complete` once every test asked has run (it is rewritten after each test). The tests play under the run's
+    env settings (a fresh agent's: the defaults; `--env` moves the level), each test's own level or language
+    written as its `overrides`; every test plays episode k from `eval_seed` + k, on `num_envs` envs.
     """
     import time
 
-    from glamrl.eval.agents import agent_builder
-    from glamrl.eval.suite import format_header, on_level, run_suite, select_tests
+    from glamrl.eval.agents import builder, eval_env, load_eval_model
+    from glamrl.eval.suite import applicable, format_header, run_suite, select_tests
+    from glamrl.envs import make_env
     from glamrl.files import write_text
-    from glamrl.train.common import EVAL_SEED_OFFSET
+    from glamrl.rollout import eval_seed
 
-    tests, skipped = select_tests(args.suite, args.tests), {}
-    if args.env is not None:
-        tests, skipped = on_level(tests, args.env)
+    tests = select_tests(args.suite, args.tests)
+    refuse(args, ("task", "language"), "to --suite or --tests: the tests play all the level's tasks (or the run's "
+                                       "env.task), each in its own language")
     suite = "custom" if args.tests is not None else args.suite or "paper"
     if args.out:
         check_output(args.out, suffixes=(".json",))
-    label, build = agent_builder(agent_spec(args), args.seed)
-    seed = args.seed + EVAL_SEED_OFFSET
-    print(f"{label}: {len(tests)} tests, {args.episodes} episodes each, evaluation seeds from {seed}")
+    if args.env is not None:
+        make_env(args.env)  # an unknown id fails here, before the agent loads
+    spec = agent_spec(args)
+    cfg, model, label = load_eval_model(spec, args.seed)
+    env = eval_env(cfg.env, args.env)
+    tests, skipped = applicable(tests, env)
+    build, seed = builder(cfg, model, spec.greedy), eval_seed(args.seed)
+    print(f"{label}: {len(tests)} tests on {env.id}, {args.episodes} episodes each, evaluation seeds from {seed}")
     for name, why in skipped.items():
         print(f"{name}: skipped, does not apply: {why}")
     print(format_header())
@@ -275,31 +340,27 @@ def cmd_suite(args: argparse.Namespace) -> None:
         if args.out:
             write_text(args.out, json.dumps({
                 "suite": suite, "agent": label, "seed": args.seed, "eval_seed": seed,
-                "episodes_per_test": args.episodes, "complete": len(results) == len(tests), "skipped": skipped,
+                "episodes_per_test": args.episodes, "num_envs": args.num_envs,
+                "complete": len(results) == len(tests), "skipped": skipped,
                 "wall_time_s": round(time.time() - start, 2), "tests": results}, indent=2))
 
     run_suite(tests, build, args.episodes, seed, args.num_envs, progress=True,
-              say=lambda line: print(line, flush=True), after_test=save)
+              say=lambda line: print(line, flush=True), after_test=save, env=env)
     print(f"{len(tests)} tests in {time.time() - start:.1f}s")
 
 
 def cmd_demos(args: argparse.Namespace) -> None:
     from glamrl.eval.demos import record_demos, write_demos
-    from glamrl.envs import make_vector_env
     from glamrl.envs.actions import action_names
     from glamrl.rollout import format_table
 
     check_output(args.out, suffixes=(".jsonl",))
-    from glamrl.eval.agents import make_eval_agent
-
-    args.env = args.env or EnvConfig.id
-    envs = make_vector_env(args.env, args.num_envs, task=args.task, language=args.language)
-    agent, kind = make_eval_agent(agent_spec(args, default_kind="bot"), envs, args.seed, args.language)
-    actions = action_names(args.language)
-    records, summary = record_demos(envs, agent, args.episodes, args.seed, actions, args.nbr_obs, args.language,
-                                    progress=True)
+    agent, cfg, envs = eval_agent(args, default_kind="bot")
+    env = cfg.env
+    records, summary = record_demos(envs, agent, args.episodes, args.seed, action_names(env.language), args.nbr_obs,
+                                    env.language, progress=True)
     write_demos(records, args.out)
-    print(f"{kind} on {args.env}: {args.episodes} episodes, {len(records)} records in {args.out}")
+    print(f"{cfg.agent.kind} on {env.id}: {args.episodes} episodes, {len(records)} records in {args.out}")
     print(format_table(summary))
 
 

@@ -26,6 +26,9 @@ from glamrl.envs.actions import ACTION_NAMES
 from glamrl.errors import GlamrlError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import gymnasium as gym
     from gymnasium.vector import SyncVectorEnv
 
 
@@ -41,7 +44,8 @@ class EnvConfig:
     num_envs: int = 4
     """parallel environments (per process)."""
     seed: int = 1
-    """seed of the run: envs get seed, seed+1, ...; torch and numpy get it too."""
+    """seed of the run: envs get seed, seed+1, ...; torch and numpy get it too. Its evaluation episodes play from
+    seed + 1000000 (`glamrl.rollout.eval_seed`)."""
     task: str | None = None
     """restrict a Mixed level to one task kind (go_to, pick_up, open, put_next, ...)."""
     language: str = "en"
@@ -59,12 +63,15 @@ class EnvConfig:
         _check(self.language in ("en", "fr"), f"env.language must be 'en' or 'fr', got {self.language!r}")
         _check(self.max_steps is None or self.max_steps >= 1, "env.max_steps must be >= 1 or null")
 
-    def make_vector_env(self) -> SyncVectorEnv:
-        """The vector env this section describes (not yet reset: call `reset(seed=self.seed)`)."""
+    def make_vector_env(self, render_mode: str | None = None,
+                        wrapper: Callable[[gym.Env], gym.Env] | None = None) -> SyncVectorEnv:
+        """The vector env this section describes, each copy wrapped by `wrapper` if given (not yet reset: call
+        `reset(seed=self.seed)`)."""
         from glamrl.envs.factory import make_vector_env
 
         return make_vector_env(self.id, self.num_envs, task=self.task, language=self.language,
-                               faithful=self.faithful, max_steps=self.max_steps)
+                               faithful=self.faithful, max_steps=self.max_steps, render_mode=render_mode,
+                               wrapper=wrapper)
 
 
 # -------------------------------------------------------------------------- prompt
@@ -84,6 +91,10 @@ class PromptConfig:
 
 
 # --------------------------------------------------------------------------- model
+SCORES = ("log_softmax", "sum_logits")
+"""What the action scorer (glamrl/llm/scorer.py) can sum over an action's tokens (model.score)."""
+
+
 @dataclass
 class ModelConfig:
     name: str = "smollm2-135m"
@@ -117,10 +128,16 @@ class ModelConfig:
     activations' memory. auto: true for full fine-tuning (train_layers null, no LoRA), whose activations are most
     of the update's memory; false with LoRA (no weight gradients or Adam state: memory is affordable, update speed
     is kept) and with model.train_layers (K blocks' activations are small)."""
-    compile: bool = False
+    compile: bool | str = "auto"
     """true: every transformer block runs through torch.compile (inductor, dynamic shapes; glamrl.llm.compiled),
-    in collection and update. The first passes compile (seconds with SmolLM2 on a CPU; a C++ compiler must be
-    installed), later ones run fused kernels (benchmarks/glam_config.py measures both). Same results as eager."""
+    in collection and update. The first passes compile (seconds with SmolLM2 on a CPU; the run says how long
+    after its first update), later ones run fused kernels (benchmarks/glam_config.py measures both). Same
+    results as eager. Where inductor cannot compile (no C++ compiler, or Triton on CUDA) true stops the run with
+    one line. auto: true for models of at least 50M parameters (glamrl.llm.compiled.AUTO_MIN_PARAMETERS;
+    SmolLM2-135M has 134.5M, the tiny test models far fewer: compiling costs seconds whatever the size, and
+    small models never earn them back) where inductor compiles here (its toolchain found and a one-block trial
+    compile run once per process), false elsewhere; the choice is logged and recorded under `resolved` in
+    RUN_DIR/config.yaml. false: eager."""
     device: str = "auto"
     """cpu, cuda, cuda:N or auto (cuda when available)."""
     pretrained: bool = True
@@ -130,7 +147,11 @@ class ModelConfig:
     use_action_heads: bool = False
     """True: an MLP head over the actions instead of scoring their text (NPAE)."""
     normalize_by_length: bool = False
-    """divide each action's log-likelihood by its token count (as TWOSOME does)."""
+    """divide each action's score by its token count (as TWOSOME does), in either model.score."""
+    score: str = "log_softmax"
+    """what an action's score sums over its tokens: log_softmax (the tokens' log-probabilities, i.e.
+    log p(action | prompt)) or sum_logits (the tokens' raw logits, no log-softmax: the score of GLAM's
+    released code, which is not a log-likelihood; docs/differences.md)."""
     lora: bool = False
     """train LoRA adapters (and the heads) instead of all weights."""
     lora_r: int = 16
@@ -147,6 +168,7 @@ class ModelConfig:
     data-dependent initialisation; the states an LLM gives its last prompt token differ little between prompts)."""
 
     def __post_init__(self) -> None:
+        _check(self.score in SCORES, f"model.score must be one of {', '.join(SCORES)}, got {self.score!r}")
         _check(self.value_head_init in ("default", "standardized"),
                f"model.value_head_init must be default or standardized, got {self.value_head_init!r}")
         for name in ("dtype", "cache_dtype"):
@@ -160,6 +182,8 @@ class ModelConfig:
                "model.compute_dtype=float32 needs model.dtype=float32 (bfloat16 weights compute in bfloat16)")
         _check(isinstance(self.gradient_checkpointing, bool) or self.gradient_checkpointing == "auto",
                f"model.gradient_checkpointing must be auto, true or false, got {self.gradient_checkpointing!r}")
+        _check(isinstance(self.compile, bool) or self.compile == "auto",
+               f"model.compile must be auto, true or false, got {self.compile!r}")
         _check(self.batching in ("padded", "bucketed"),
                f"model.batching must be padded or bucketed, got {self.batching!r}")
         _check(0 <= self.max_padding < 1, f"model.max_padding must be in [0, 1), got {self.max_padding}")
@@ -226,6 +250,11 @@ class PPOConfig:
     in [0, 1) (debiased, so the first update's statistics are that rollout's)."""
     value_lr: float | None = None
     """learning rate of the value head's parameters (the symbolic agent's critic); null: ppo.lr (GLAM)."""
+    bootstrap_truncation: bool = False
+    """false: a time-out ends the episode's return, as in GLAM, BabyAI and torch-ac (the limit is part of the
+    task: the reward shrinks with the step count and a time-out is a failure). true: a time-out is bootstrapped
+    from V(final observation), which is right only when the limit is not part of the task or the critic sees
+    the step count."""
 
     def __post_init__(self) -> None:
         _check_range(self, "ppo", COUNT, "total_frames", "num_steps", "epochs", "minibatch_size", "grad_accum")
@@ -255,14 +284,23 @@ class AgentConfig:
         _check(self.kind in AGENT_KINDS, f"agent.kind must be one of {', '.join(AGENT_KINDS)}, got {self.kind!r}")
 
 
+DRRN_TOKENIZERS = ("subword", "word")
+"""How DRRN reads text (glamrl/agents/drrn.py): glamrl/envs/subwords.py, glamrl/envs/vocabulary.py."""
+
+
 @dataclass
 class DRRNConfig:
     """DRRN's network and training; the defaults are GLAM's DRRN baseline (configs/drrn.yaml)."""
 
-    total_frames: int = 200_000
-    """environment steps of the whole run, all envs together."""
+    total_frames: int = 1_500_000
+    """environment steps of the whole run, all envs together (GLAM: 1.5M; configs/drrn_200k.yaml: 200k)."""
+    tokenizer: str = "subword"
+    """how text becomes ids. subword: a unigram model whose pieces are BabyAI-Text's words and every letter,
+    digit and punctuation mark (GLAM's DRRN read SentencePiece pieces), so a word the envs never write (the
+    suite's "dax", "chaise") is spelled out in pieces. word: the closed word vocabulary, where every such
+    word reads <unk>; runs saved before this field existed used it: resume them with drrn.tokenizer=word."""
     embedding_dim: int = 128
-    """size of the word embeddings (one table for observations and actions)."""
+    """size of the piece embeddings (one table for observations and actions; its rows: the tokenizer's vocabulary)."""
     hidden_size: int = 128
     """size of the GRU states of the observation and action encoders."""
     lr: float = 1e-4
@@ -271,8 +309,10 @@ class DRRNConfig:
     """discount factor of the Q targets, in [0, 1]."""
     batch_size: int = 64
     """transitions per gradient step, drawn uniformly from the replay memory."""
-    replay_size: int = 200_000
-    """transitions the replay memory keeps (the oldest are overwritten; GLAM kept 5M, i.e. all)."""
+    replay_size: int = 1_500_000
+    """transitions the replay memory keeps (the oldest are overwritten). GLAM's held 5M, more than its 1.5M frames:
+    all of them. Its memory grows with what it holds, 2 x max_tokens int16 ids a transition: 3.1 GB for 1.5M
+    transitions of 512 tokens."""
     learning_starts: int = 64
     """frames collected before the first gradient step (GLAM: one batch)."""
     train_every: int = 4
@@ -303,9 +343,13 @@ class DRRNConfig:
     """the Q targets use reward_scale x the env reward, > 0 (GLAM: 20)."""
     log_every: int = 1_000
     """frames between log rows (and checkpoints)."""
+    bootstrap_truncation: bool = False
+    """false: a time-out is terminal in the Q target, as in GLAM; true: bootstrap it from the final
+    observation (see ppo.bootstrap_truncation)."""
     max_tokens: int = 512
-    """words of an observation text: the action list and goal always, then the newest observations that
-    fit (the oldest are cut first). GLAM's prompts on random play of the Mixed levels: median 221 words,
+    """pieces of an observation text (one per word of BabyAI-Text's own text; a word spelled out takes
+    several): the action list and goal always, then the newest observations that fit (the oldest are cut
+    first). GLAM's prompts on random play of the Mixed levels: median 221 words,
     99th percentile 426, longest seen 473."""
 
     def __post_init__(self) -> None:
@@ -314,6 +358,8 @@ class DRRNConfig:
         _check(self.exploration in ("softmax", "epsilon"),
                f"drrn.exploration must be softmax or epsilon, got {self.exploration!r}")
         _check(self.temperature > 0, "drrn.temperature must be > 0")
+        _check(self.tokenizer in DRRN_TOKENIZERS,
+               f"drrn.tokenizer must be one of {', '.join(DRRN_TOKENIZERS)}, got {self.tokenizer!r}")
         _check_range(self, "drrn", NON_NEGATIVE, "learning_starts", "epsilon_decay_frames")
         _check_range(self, "drrn", POSITIVE, "lr", "max_grad_norm", "reward_scale")
         _check_range(self, "drrn", UNIT, "gamma", "eval_epsilon")
@@ -352,9 +398,16 @@ class SymbolicConfig:
     cut into sequences of this many steps, replayed from the memory stored at their first step. 1: every step is
     re-scored alone from its stored memory (no backpropagation through time). Needs memory=true unless 1, and
     divides ppo.num_steps and ppo.minibatch_size."""
+    collect_mode: str = "train"
+    """the network's mode while it collects a rollout, which only batch norm (arch=expert_filmcnn) reads.
+    train (BabyAI's and GLAM's): batch norm normalises each step with the statistics of the N envs' current
+    frames and updates its running statistics. eval: it normalises with its running statistics and leaves them
+    as they are. Evaluation always runs in eval mode, and the PPO update in train mode."""
 
     def __post_init__(self) -> None:
         _check_positive(self, "symbolic", ("image_dim", "instr_dim", "memory_dim", "recurrence"))
+        _check(self.collect_mode in ("train", "eval"),
+               f"symbolic.collect_mode must be train or eval, got {self.collect_mode!r}")
         _check(self.arch in SYMBOLIC_ARCHS,
                f"symbolic.arch must be one of {', '.join(SYMBOLIC_ARCHS)}, got {self.arch!r}")
         _check(self.memory or self.recurrence == 1,

@@ -51,14 +51,6 @@ def test_shipped_configs_load(name):
     assert isinstance(cfg, TrainConfig)
 
 
-def test_glam_paper_settings():
-    cfg = load_train_config("configs/glam_paper.yaml")
-    p = cfg.ppo
-    assert (cfg.env.num_envs, p.num_steps, p.total_frames, p.lr) == (32, 40, 1_500_000, 1e-6)
-    assert (p.epochs, p.minibatch_size, p.clip_eps, p.gamma, p.gae_lambda) == (4, 64, 0.2, 0.99, 0.99)
-    assert (p.entropy_coef, p.value_coef, p.max_grad_norm, p.reward_scale, cfg.prompt.nbr_obs) == (0.01, 0.5, 0.5, 20.0, 3)
-
-
 def test_config_command_prints_every_field_with_its_type_default_and_help(capsys):
     from glamrl.cli import main
 

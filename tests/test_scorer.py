@@ -26,7 +26,8 @@ ACTIONS = [*ACTION_NAMES, "go to the purple box then pick up"]  # single- and mu
 BATCHING = ["padded", "bucketed", "cached"]  # cached: bucketed, lower blocks from the frozen-trunk cache
 
 
-def _scorer(name: str, normalize: bool = False, attn: str | None = None, batching: str = "padded") -> ActionScorer:
+def _scorer(name: str, normalize: bool = False, attn: str | None = None, batching: str = "padded",
+            score: str = "log_softmax") -> ActionScorer:
     torch.manual_seed(0)
     loaded = load_model(ModelConfig(name=name, device="cpu"))
     if attn is not None:
@@ -36,7 +37,8 @@ def _scorer(name: str, normalize: bool = False, attn: str | None = None, batchin
         split = freeze_trunk(loaded.model, loaded.is_seq2seq, train_layers=1)[0]
         trunk = FrozenTrunk(loaded.model, loaded.is_seq2seq, split, torch.float32)
     return ActionScorer(loaded.model, loaded.tokenizer, loaded.is_seq2seq, normalize_by_length=normalize,
-                        batching="padded" if batching == "padded" else "bucketed", max_padding=0.1, trunk=trunk)
+                        batching="padded" if batching == "padded" else "bucketed", max_padding=0.1, trunk=trunk,
+                        score=score)
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
@@ -56,6 +58,74 @@ def test_fast_scores_match_naive(name, normalize, attn, batching):
     assert fast.shape == (len(PROMPTS) + 1, len(ACTIONS))
     torch.testing.assert_close(fast, naive, atol=1e-4, rtol=0)
     assert (fast < 0).all()
+
+
+def _one_pair_by_hand(scorer: ActionScorer, prompt: str, action: str) -> torch.Tensor:
+    """The score of one (prompt, action) from one plain forward of the whole sequence: the raw logit (or its
+    log-softmax) that predicts each action token, summed (or averaged)."""
+    prompt_ids = scorer.tokenizer(scorer.prompt_text(prompt)).input_ids
+    action_ids = scorer.action_token_ids(action)
+    if scorer.is_seq2seq:
+        start = scorer.model.config.decoder_start_token_id
+        logits = scorer.model(input_ids=torch.tensor([prompt_ids]),
+                              decoder_input_ids=torch.tensor([[start, *action_ids[:-1]]])).logits[0]  # (n, V)
+    else:
+        logits = scorer.model(input_ids=torch.tensor([prompt_ids + action_ids])).logits[0, len(prompt_ids) - 1:-1]
+    if scorer.score == "log_softmax":
+        logits = logits.log_softmax(-1)
+    total = logits[torch.arange(len(action_ids)), torch.tensor(action_ids)].sum()
+    return total / len(action_ids) if scorer.normalize_by_length else total
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
+@pytest.mark.parametrize("score", ["log_softmax", "sum_logits"])
+@pytest.mark.parametrize("normalize", [False, True])
+@pytest.mark.parametrize("batching", ["padded", "cached"])
+def test_both_scores_match_the_naive_references(name, score, normalize, batching):
+    scorer = _scorer(name, normalize, batching=batching, score=score)
+    with torch.inference_mode():
+        if scorer.trunk is not None:
+            with scorer.trunk.record():
+                scorer(PROMPTS, ACTIONS)  # fills the cache: the call below reads the frozen blocks' outputs
+        fast = scorer(PROMPTS, ACTIONS).log_likelihoods                                   # (B, A)
+        torch.testing.assert_close(fast, reference_log_likelihoods(scorer, PROMPTS, ACTIONS), atol=1e-4, rtol=0)
+        by_hand = torch.tensor([[_one_pair_by_hand(scorer, p, a) for a in ACTIONS] for p in PROMPTS])
+    torch.testing.assert_close(fast, by_hand, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
+def test_sum_of_logits_is_another_policy_not_a_shift_of_the_log_likelihoods(name):
+    plain, logits = _scorer(name), _scorer(name, score="sum_logits")
+    with torch.no_grad():
+        gap = logits(PROMPTS, ACTIONS).log_likelihoods - plain(PROMPTS, ACTIONS).log_likelihoods    # (B, A)
+    # the gap is each action's sum of per-token log-sum-exps over the vocabulary: it varies between actions,
+    # so softmax over the actions (the policy) differs between the two scores
+    assert not torch.allclose(gap, gap[:, :1].expand_as(gap), atol=1e-3)
+
+
+def test_the_policy_samples_from_softmax_over_the_configured_score():
+    from glamrl.llm import LLMPolicy
+
+    torch.manual_seed(0)
+    policy = LLMPolicy(ModelConfig(name="tiny-t5", device="cpu", score="sum_logits"))
+    model, tokenizer = policy.scorer.model, policy.scorer.tokenizer
+    with torch.no_grad():
+        out = policy(PROMPTS, ACTION_NAMES)
+        logits = reference_log_likelihoods(ActionScorer(model, tokenizer, True, score="sum_logits"), PROMPTS,
+                                           ACTION_NAMES)                                  # (B, A) raw-logit sums
+        ll = reference_log_likelihoods(ActionScorer(model, tokenizer, True), PROMPTS, ACTION_NAMES)
+    torch.testing.assert_close(out.log_probs, logits.log_softmax(-1), atol=1e-4, rtol=0)
+    assert not torch.allclose(out.log_probs, ll.log_softmax(-1), atol=1e-3)
+
+
+def test_an_unknown_score_is_refused():
+    from glamrl.config import ConfigError, load_train_config
+    from glamrl.llm.scorer import ScoringError
+
+    with pytest.raises(ConfigError, match="model.score must be one of log_softmax, sum_logits"):
+        load_train_config(None, ["model.score=logits"])
+    with pytest.raises(ScoringError, match="score must be one of"):
+        ActionScorer(model=None, tokenizer=None, is_seq2seq=False, score="logits")
 
 
 def test_bucketing_bounds_padding_and_keeps_every_prompt_once():

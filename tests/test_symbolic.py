@@ -93,9 +93,9 @@ def test_memory_is_carried_per_env_and_cleared_at_episode_end():
     assert out.log_probs.shape == (16, 6) and out.values.shape == (16,)
 
 
-def test_acting_uses_batch_norm_running_statistics_and_leaves_them_untouched():
+def test_acting_outside_collection_uses_batch_norm_running_statistics_and_leaves_them_untouched():
     torch.manual_seed(0)
-    model = ACModel(TINY_GLAM)  # in train mode, as PPO holds it
+    model = ACModel(TINY_GLAM)  # in train mode, as PPO holds it; not collecting: an evaluation
     envs = make_vector_env("BabyAI-MixedTrainLocal-v0", 4)
     obs, _ = envs.reset(seed=0)
     agent = SymbolicAgent(model, 4)
@@ -105,6 +105,36 @@ def test_acting_uses_batch_norm_running_statistics_and_leaves_them_untouched():
     agent.act(obs)
     assert model.training and all(torch.equal(before[name], t) for name, t in model.state_dict().items())
     torch.testing.assert_close(alone, together[2:3])  # no batch statistics: one env scores as among four
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_collection_acts_in_symbolic_collect_mode(mode):
+    # BabyAI and GLAM collected with the network in train mode: batch norm on the statistics of the N envs'
+    # current frames, its running statistics following them (symbolic.collect_mode=train, the default).
+    torch.manual_seed(0)
+    model = ACModel(dataclasses.replace(TINY_GLAM, collect_mode=mode))
+    envs = make_vector_env("BabyAI-MixedTrainLocal-v0", 4)
+    obs, _ = envs.reset(seed=0)
+    agent = SymbolicAgent(model, 4)
+    reference = ACModel(model.config)
+    reference.load_state_dict(model.state_dict())
+    items = agent.items(obs, range(4))
+
+    def running():
+        return [t.clone() for name, t in model.state_dict().items() if "running" in name]
+
+    before = running()
+    with model.collecting():
+        agent.values({key: value[2:3] for key, value in obs.items()}, [2])  # a time-limit bootstrap of one env
+        assert all(torch.equal(a, b) for a, b in zip(before, running()))    # a few envs: running statistics
+        d = agent.act(obs)
+    moved = not all(torch.equal(a, b) for a, b in zip(before, running()))
+    assert moved == (mode == "train") and model.training
+    with torch.no_grad():
+        out = reference.train(mode == "train")(items)                         # the whole batch, in that mode
+    torch.testing.assert_close(d.values, out.values)
+    torch.testing.assert_close(d.log_probs, out.log_probs.gather(1, torch.as_tensor(d.actions)[:, None]).squeeze(1))
+    assert SymbolicConfig().collect_mode == "train"
 
 
 def collect(cfg, model, seed=0):

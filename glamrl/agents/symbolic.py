@@ -17,15 +17,18 @@ Two image encoders, `symbolic.arch`:
 - small: glamrl's fast variant at the same geometry: BabyAI 1.1's bag-of-words cell embedding in
   `image_dim` channels, no batch norm, residual FiLM blocks, PyTorch's default init.
 
-Batch norm normalises with its minibatch's statistics in the PPO update (train mode) and with its
-running statistics whenever the agent acts (collection, bootstrap values, evaluation: `SymbolicAgent`
-switches the model to eval mode for it). BabyAI collected in train mode, with the statistics of the
-64 envs' current frames, and evaluated in eval mode; acting on running statistics keeps the few-env
-calls (time-limit bootstrap values of 1-3 envs) from moving or depending on them, and evaluates the
-policy that collected. The price: on an update's first minibatch PPO's ratio is not 1 (measured after
-4 updates of configs/symbolic.yaml: mean |ratio - 1| 0.04, max 0.19, where BabyAI's way gives 0.016 and
-0.07; both far inside the 0.2 clip). In the update the image encoder runs once over a minibatch's
-frames (BabyAI ran it step by step, over 64), so its statistics are those of all its frames.
+Batch norm normalises with its minibatch's statistics in the PPO update (train mode). While the PPO
+loop collects (`ACModel.collecting()`), the agent acts as BabyAI and GLAM collected, in train mode
+(`symbolic.collect_mode=train`, the default): each step is normalised with the statistics of the N envs'
+current frames, and the running statistics follow them; the rollout's last values (all N envs) too.
+A call on fewer envs (a time-limit bootstrap of 1-3 envs, with ppo.bootstrap_truncation, which BabyAI
+lacked) uses the running statistics, so that it neither moves them nor depends on 1-3 frames.
+`symbolic.collect_mode=eval` collects on the running statistics throughout, leaving them untouched: the
+policy that collects is then the one evaluated, at the price of a PPO ratio that is not 1 on an update's
+first minibatch (measured after 4 updates of configs/symbolic.yaml: mean |ratio - 1| 0.04, max 0.19,
+where train-mode collection gives 0.016 and 0.07; both far inside the 0.2 clip). Evaluation always acts
+in eval mode, as BabyAI's did. In the update the image encoder runs once over a minibatch's frames
+(BabyAI ran it step by step, over 64), so its statistics are those of all its frames.
 
 Memory (`symbolic.memory`): each env carries an LSTM state across its episode, stored with every
 observation item. With `symbolic.recurrence` R > 1, PPO replays each sequence of R steps from the
@@ -116,6 +119,7 @@ class ACModel(WholeNetwork):
     def __init__(self, config: SymbolicConfig) -> None:
         super().__init__()
         self.config = config
+        self._collecting = False  # inside collecting(): the agent acts in config.collect_mode
         expert = config.arch == "expert_filmcnn"
         C, D = config.image_dim, config.instr_dim
         width = EXPERT_CHANNELS if expert else C
@@ -212,12 +216,28 @@ class ACModel(WholeNetwork):
         """The critic's parameters (`ppo.value_lr` trains them at their own learning rate)."""
         return self.critic.parameters()
 
+    @contextlib.contextmanager
+    def collecting(self) -> Iterator[None]:
+        """The block in which the PPO loop collects a rollout: the agent acts there in `symbolic.collect_mode`."""
+        before, self._collecting = self._collecting, True
+        try:
+            yield
+        finally:
+            self._collecting = before
+
+    def acting(self, whole_batch: bool) -> contextlib.AbstractContextManager:
+        """The mode the agent acts in: train mode (batch statistics, running statistics updated) for a call on
+        all N envs inside `collecting()` with collect_mode=train, as BabyAI collected; eval mode (running
+        statistics, untouched) anywhere else: evaluation, calls on a few envs, collect_mode=eval."""
+        train = self._collecting and self.config.collect_mode == "train" and whole_batch
+        return in_mode(self, train)
+
 
 @contextlib.contextmanager
-def running_statistics(model: nn.Module) -> Iterator[None]:
-    """`model` in eval mode (batch norm on its running statistics) inside the block, then as it was."""
+def in_mode(model: nn.Module, train: bool) -> Iterator[None]:
+    """`model` in train or eval mode inside the block (batch norm on batch or running statistics), then as it was."""
     was_training = model.training
-    model.eval()
+    model.train(train)
     try:
         yield
     finally:
@@ -244,7 +264,7 @@ class SymbolicAgent:
     def act(self, obs: dict[str, Any]) -> Decision:
         items = self.items(obs, range(len(self.memory)))
         images, missions, memory = (torch.stack(parts) for parts in zip(*items))
-        with running_statistics(self.model):
+        with self.model.acting(whole_batch=True):
             logits, values, self.memory = self.model.step(images, missions, memory)
         log_probs = F.log_softmax(logits, dim=-1)                                        # (N, A)
         actions = log_probs.argmax(1) if self.greedy else torch.multinomial(log_probs.exp(), 1).squeeze(1)
@@ -254,7 +274,7 @@ class SymbolicAgent:
     @torch.no_grad()
     def values(self, obs: dict[str, Any], envs: Sequence[int]) -> Tensor:
         """V of `obs` (batched over `envs`) from their current memory, without advancing it: (len(envs),)."""
-        with running_statistics(self.model):
+        with self.model.acting(whole_batch=len(envs) == len(self.memory)):
             return self.model(self.items(obs, envs)).values
 
     def end_episodes(self, done: np.ndarray) -> None:

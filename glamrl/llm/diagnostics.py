@@ -66,7 +66,8 @@ def attention_kernels() -> Iterator[list[str]]:
 def reference_log_likelihoods(scorer: ActionScorer, prompts: Sequence[str], actions: Sequence[str]) -> Tensor:
     """The slow reference (tests, benchmark): every prompt+action sequence in full, vocabulary logits everywhere.
 
-    Uses the same token ids as `ActionScorer` but plain right padding, 2D masks and default positions.
+    Uses the same token ids as `ActionScorer` but plain right padding, 2D masks and default positions, and the
+    scorer's options: log-softmax or raw logits (`score`), sum or mean (`normalize_by_length`).
     """
     model, device = scorer.model, scorer.device
     prompt_ids = [scorer.tokenizer(scorer.prompt_text(p)).input_ids for p in prompts]
@@ -83,7 +84,7 @@ def reference_log_likelihoods(scorer: ActionScorer, prompts: Sequence[str], acti
         seq = _pad([p + a for p, a in pairs], scorer.tokenizer.pad_token_id, device)
         logits = model(input_ids=seq[0], attention_mask=seq[1]).logits            # (B*A, S, V)
         first = [len(p) - 1 for p, _ in pairs]
-    log_probs = F.log_softmax(logits.float(), -1)
+    log_probs = F.log_softmax(logits.float(), -1) if scorer.score == "log_softmax" else logits.float()
     L = max(len(a) for a in action_ids)
     where = torch.tensor(first, device=device)[:, None] + torch.arange(L, device=device)  # (B*A, L)
     targets = _pad([a for _, a in pairs], 0, device)

@@ -51,6 +51,10 @@ class ModelLoadError(GlamrlError, ValueError):
     """The model named in the config cannot be found, recognised or loaded."""
 
 
+class HubUnreachableError(ModelLoadError):
+    """A hub id that is neither a local path nor in the Hugging Face cache, with no hub to download it from."""
+
+
 @dataclass
 class LoadedModel:
     model: PreTrainedModel
@@ -128,9 +132,11 @@ def _load_hub(repo_id: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, b
     except OSError:
         pass
     if not _hub_reachable():
-        raise ModelLoadError(
+        raise HubUnreachableError(
             f"model {repo_id!r} is not a local path, not in the Hugging Face cache, and the hub cannot be "
-            f"reached (no network or HF_HUB_OFFLINE=1); use model.name={EMBEDDED_NAME} (embedded) or a local path"
+            f"reached (no network or HF_HUB_OFFLINE=1): point model.name at a local copy "
+            f"(model.name=/path/to/{repo_id.rsplit('/', 1)[-1]}) or use the embedded model "
+            f"(model.name={EMBEDDED_NAME}, as configs/glam_paper_smollm2.yaml and configs/npae_smollm2.yaml do)"
         )
     try:
         return _load_dir(repo_id)

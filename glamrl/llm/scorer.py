@@ -1,5 +1,9 @@
 """Score candidate actions as text: log p(action | prompt) for B prompts x A actions in one forward pass.
 
+`score="log_softmax"` (default) sums the action tokens' log-probabilities; `score="sum_logits"` sums
+their raw logits instead (GLAM's released score, not a log-likelihood). Either sum is divided by the
+action's token count with `normalize_by_length`.
+
 Each prompt is encoded once and shared by its A candidates. The A actions' tokens are
 packed after the prompt (causal LM) or into one decoder sequence (seq2seq LM), and a 4D
 attention mask lets every action token see the prompt and its own earlier tokens only;
@@ -24,6 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_outputs import BaseModelOutput
 
+from glamrl.config import SCORES
 from glamrl.errors import GlamrlError
 from glamrl.parallel.transfer import to_device
 
@@ -42,7 +47,8 @@ class ScoringError(GlamrlError, ValueError):
 
 @dataclass
 class Scores:
-    log_likelihoods: Tensor | None  # (B, A) sum (or mean) of the action tokens' log-probs; None without actions
+    log_likelihoods: Tensor | None  # (B, A) sum (or mean) of the action tokens' log-probs (raw logits with
+                                    # score="sum_logits"); None without actions
     hidden: Tensor                  # (B, H) last hidden state at the last prompt token / first decoder position
 
 
@@ -69,11 +75,14 @@ class ActionScorer:
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, is_seq2seq: bool,
                  normalize_by_length: bool = False, batching: str = "padded", max_padding: float = 0.1,
-                 trunk: FrozenTrunk | None = None) -> None:
+                 trunk: FrozenTrunk | None = None, score: str = "log_softmax") -> None:
+        if score not in SCORES:
+            raise ScoringError(f"score must be one of {', '.join(SCORES)}, got {score!r}")
         self.model = model
         self.tokenizer = tokenizer
         self.is_seq2seq = is_seq2seq
         self.normalize_by_length = normalize_by_length
+        self.score = score
         self.batching = batching
         self.max_padding = max_padding
         self.trunk = trunk
@@ -127,10 +136,12 @@ class ActionScorer:
         return groups
 
     def _log_likelihoods(self, logits: Tensor, packed: _PackedActions) -> Tensor:
-        """(b, T, V) logits at the action tokens -> (b, A) summed (or mean) log-probs of each action."""
+        """(b, T, V) logits at the action tokens -> (b, A) summed (or mean) log-probs (or raw logits) of each
+        action."""
         logits = logits.float()
-        token_ll = logits.gather(-1, packed.targets.expand(logits.shape[0], -1).unsqueeze(-1)).squeeze(-1)
-        token_ll = token_ll - logits.logsumexp(-1)                                # (b, T) log-softmax at targets
+        token_ll = logits.gather(-1, packed.targets.expand(logits.shape[0], -1).unsqueeze(-1)).squeeze(-1)  # (b, T)
+        if self.score == "log_softmax":
+            token_ll = token_ll - logits.logsumexp(-1)                            # (b, T) log-softmax at targets
         n_actions = packed.lengths.numel()
         ll = token_ll.new_zeros(token_ll.shape[0], n_actions).index_add(1, packed.owner, token_ll)  # (b, A)
         return ll / packed.lengths if self.normalize_by_length else ll
