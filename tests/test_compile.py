@@ -60,6 +60,17 @@ def test_auto_compiles_every_block_of_a_large_enough_model_where_inductor_works(
     assert policy.compiled_blocks.count == len(blocks) and all(b._compiled_call_impl is not None for b in blocks)
 
 
+@pytest.mark.usefixtures("large")
+def test_auto_keeps_train_layers_on_a_cpu_eager(monkeypatch):
+    monkeypatch.setattr(compiled, "inductor_problem", lambda device: pytest.fail("probed inductor"))
+    policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu", train_layers=1))
+    assert policy.compiled_blocks is None
+    assert policy.resolved["model.compile"].why.startswith("auto: model.train_layers=1 on a CPU")
+    monkeypatch.undo()
+    forced = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu", train_layers=1, compile=True))
+    assert forced.compiled_blocks is not None
+
+
 @pytest.mark.usefixtures("large", "no_cxx")
 def test_auto_without_a_cxx_compiler_runs_eagerly_and_says_so_in_one_line(tmp_path):
     said = []

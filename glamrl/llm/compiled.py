@@ -90,6 +90,9 @@ def choose_compile(config: ModelConfig, model: nn.Module, device: torch.device) 
     if size < AUTO_MIN_PARAMETERS:
         return False, (f"auto: {size / 1e6:.1f}M parameters, under {AUTO_MIN_PARAMETERS / 1e6:.0f}M: compiling "
                        f"would cost more than it saves")
+    if device.type == "cpu" and config.train_layers:
+        return False, (f"auto: model.train_layers={config.train_layers} on a CPU, where most of the work is the frozen "
+                       f"blocks' inference and compiled blocks ran no faster (docs/results.md)")
     problem = inductor_problem(device)
     if problem is not None:
         return False, f"auto: {problem}, so the blocks run eagerly"

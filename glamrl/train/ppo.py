@@ -147,6 +147,10 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                 stats[-1]["grad_norm"] = sharding.average_and_clip_gradients(policy, params, p.max_grad_norm)
                 optimizer.step()
         optimizer.zero_grad(set_to_none=True)  # no gradients held while the next rollout is collected
+        if diverged(policy, b_device, agent.action_names, params):  # before it is logged or saved
+            raise TrainingDiverged(
+                f"non-finite weights, probabilities or values after update {update + 1}; "
+                f"the last good checkpoint is in {session.run.checkpoints} (try a lower ppo.lr)")
         update += 1
         if cfg.run.check_replicas:
             distributed.check_replicas_equal(params, f"after update {update}")
@@ -219,6 +223,18 @@ def standardize_value_head(policy: LLMPolicy, buffer: RolloutBuffer,
     buffer.values = policy.values([x for row in buffer.inputs for x in row]).float().cpu().reshape(T, N)
     for t, cut, prompts in final_prompts:
         buffer.final_values[t, cut] = policy.values(prompts).float().cpu()
+
+
+def diverged(policy: ActorCriticNetwork, batch: Batch, action_names: tuple[str, ...], params: list[torch.Tensor],
+             probe: int = 8) -> bool:
+    """Whether an update left non-finite weights, or a policy whose probabilities or values on the rollout's
+    first `probe` frames are not finite (a finite loss can still step the weights to where the logits overflow).
+    Decided by all ranks together (a sharded rank checks its own shard)."""
+    with torch.no_grad():
+        out = policy(batch.inputs[:probe], action_names)
+        finite = all(bool(torch.isfinite(w).all()) for w in params) and bool(
+            torch.isfinite(out.log_probs).all() and torch.isfinite(out.values).all())
+    return distributed.average(torch.tensor([0.0 if finite else 1.0], dtype=torch.float64)).item() > 0
 
 
 def parameter_groups(policy: ActorCriticNetwork, p: PPOConfig) -> list[dict[str, Any]]:
