@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from glamrl.agents.base import Agent
     from glamrl.config import TrainConfig
     from glamrl.eval.agents import AgentSpec
+    from glamrl.run.checkpoint import Progress
 
 EXAMPLES = """examples:
   glamrl eval --agent bot --env BabyAI-MixedTestLocal-v0 --episodes 200
@@ -126,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("train", help="train an agent: llm, npae or symbolic with PPO, drrn off-policy (resumes a run dir)")
     tr.add_argument("--config", type=Path, default=None, help="YAML config (not needed to resume)")
-    tr.add_argument("--run-dir", type=Path, default=None, help="default: runs/{env}-{model}-seed{seed}")
+    tr.add_argument("--run-dir", type=Path, default=None, help="default: runs/{env}-{model}-seed{seed}-{config hash}")
     tr.add_argument("--overwrite", action="store_true", help="delete what --run-dir holds and start afresh")
     tr.add_argument("--no-progress", action="store_true")
     tr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. ppo.lr=1e-5 env.num_envs=8")
@@ -148,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("runs", nargs="+", type=Path)
     pl.add_argument("--out", type=Path, default=Path("curves.png"))
     pl.add_argument("--probes", action="store_true", help="draw the run's probes.csv (pi(a | probe)) instead")
+    pl.add_argument("--overwrite", action="store_true", help="replace an --out that glamrl did not write")
 
     ex = sub.add_parser("export", help="write a run's policy as a Hugging Face model directory (+ value head, card)")
     ex.add_argument("--run", type=Path, required=True, help="run directory with a checkpoint")
@@ -174,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="train only this task (run) id; repeatable (SLURM: $SLURM_ARRAY_TASK_ID)")
     xp.add_argument("--report", action="store_true", help="only the plots and the table of what has run")
     xp.add_argument("--sbatch", type=Path, default=None, help="write a SLURM array job (one task per run) and stop")
+    xp.add_argument("--overwrite", action="store_true",
+                    help="replace a --sbatch file or an OUT/report.md that glamrl did not write")
     xp.add_argument("--time", default="24:00:00", help="--sbatch: the time limit of each task")
     xp.add_argument("--cpus", type=positive_int, default=8, help="--sbatch: CPUs per task")
     xp.add_argument("--aggregate", choices=AGGREGATES, default="iqm",
@@ -205,7 +209,7 @@ def cmd_play(args: argparse.Namespace) -> None:
     if args.env is not None:
         make_env(args.env)  # an unknown id fails here, before the agent loads
     spec = agent_spec(args)
-    cfg, model, label = load_eval_model(spec, args.seed, args.language)
+    cfg, model, label, _ = load_eval_model(spec, args.seed, args.language)
     env = eval_env(cfg.env, args.env, language=args.language)
     if args.test is None:
         test = SuiteTest("play", "one episode", language=env.language)
@@ -221,23 +225,28 @@ def cmd_play(args: argparse.Namespace) -> None:
 
 
 def cmd_experiment(args: argparse.Namespace) -> None:
-    from glamrl.eval.experiment import load_experiment, report, run_dir, run_tasks, write_sbatch
+    from glamrl.eval.experiment import load_experiment, report, report_files, run_dir, run_tasks, write_sbatch
 
     experiment = load_experiment(args.file)
-    check_output(experiment.out, "the experiment's out", directory=True)
     if args.sbatch is not None:
-        check_output(args.sbatch, "--sbatch", suffixes=(".sbatch", ".sh"))
+        check_output(args.sbatch, "--sbatch", suffixes=(".sbatch", ".sh"), overwrite=args.overwrite)
         write_sbatch(experiment, args.file, args.sbatch, time=args.time, cpus=args.cpus)
         print(f"wrote {args.sbatch}: {len(experiment.tasks)} array tasks; submit it with sbatch {args.sbatch}")
         for i, (spec, seed) in enumerate(experiment.tasks):
             print(f"  task {i}: {run_dir(experiment, spec, seed)}")
         return
+    md, *plots = report_files(experiment)
+    reporting = args.task is None or args.report
+    if reporting:  # before any run
+        check_output(md, "the experiment's report", overwrite=args.overwrite)
+        for png in plots:
+            check_output(png, "the experiment's plot")
     if not args.report:
         run_tasks(experiment, args.task)
-    if args.task is None or args.report:
-        out = report(experiment, aggregate=args.aggregate)
-        print(out.read_text(), end="")
-        print(f"wrote {out} and the curves beside it")
+    if reporting:
+        written = report(experiment, aggregate=args.aggregate)
+        print(md.read_text(), end="")
+        print(f"wrote {', '.join(map(str, written))}")
 
 
 def cmd_config(args: argparse.Namespace) -> None:
@@ -259,9 +268,11 @@ def cmd_results(args: argparse.Namespace) -> None:
     print("wrote " + ", ".join(str(p) for p in paths))
 
 
-def eval_agent(args: argparse.Namespace, default_kind: str | None = None) -> tuple[Agent, TrainConfig, SyncVectorEnv]:
-    """(the agent, its config, its --num-envs envs) of `eval` on one level and of `demos`. The config's env is the
-    run's (a fresh agent's: the defaults), with the level, task and language flags given, and --seed."""
+def eval_agent(args: argparse.Namespace,
+               default_kind: str | None = None) -> tuple[Agent, TrainConfig, SyncVectorEnv, Progress | None]:
+    """(the agent, its config, its --num-envs envs, the run's checkpoint progress or None) of `eval` on one level
+    and of `demos`. The config's env is the run's (a fresh agent's: the defaults), with the level, task and language
+    flags given, and --seed."""
     import dataclasses
 
     from glamrl.agents.factory import make_agent
@@ -271,29 +282,32 @@ def eval_agent(args: argparse.Namespace, default_kind: str | None = None) -> tup
     if args.env is not None:
         make_env(args.env, task=args.task)  # an unknown id or task fails here, before the agent loads
     spec = agent_spec(args, default_kind)
-    cfg, model, _ = load_eval_model(spec, args.seed, args.language)
+    cfg, model, _, progress = load_eval_model(spec, args.seed, args.language)
     env = dataclasses.replace(eval_env(cfg.env, args.env, args.task, args.language), seed=args.seed)
     cfg = dataclasses.replace(cfg, env=env)
     envs = dataclasses.replace(env, num_envs=args.num_envs).make_vector_env()
-    return make_agent(cfg, model, envs, greedy=spec.greedy), cfg, envs
+    return make_agent(cfg, model, envs, greedy=spec.greedy), cfg, envs, progress
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
-    """`glamrl eval` on one level. The JSON holds the summary, the env settings, and the episodes' seeds: episode k
-    played from `eval_seed` + k, on `num_envs` envs."""
+    """`glamrl eval` on one level. The JSON holds the summary, the env settings, the episodes' seeds (episode k
+    played from `eval_seed` + k, on `num_envs` envs) and the `provenance` record (`glamrl.eval.provenance`)."""
     if args.suite is not None or args.tests is not None:
         return cmd_suite(args)
+    from glamrl.eval.provenance import provenance
     from glamrl.files import write_text
     from glamrl.rollout import eval_seed, evaluate, format_table
 
     if args.out:
         check_output(args.out, suffixes=(".json",))
-    agent, cfg, envs = eval_agent(args)
+    agent, cfg, envs, progress = eval_agent(args)
     env, seed = cfg.env, eval_seed(args.seed)
     summary = evaluate(envs, agent, args.episodes, seed=seed, progress=True)
     summary = {"agent": cfg.agent.kind, "env": env.id, "task": env.task, "max_steps": env.max_steps,
                "faithful": env.faithful, "language": env.language, "seed": args.seed, "eval_seed": seed,
-               "num_envs": envs.num_envs, **summary}
+               "num_envs": envs.num_envs, **summary,
+               "provenance": provenance(cfg, run_dir=args.run, progress=progress, greedy=args.greedy,
+                                        num_envs=envs.num_envs, first_seed=seed, episodes=args.episodes)}
     print(f"{summary['agent']} on {env.id} ({args.episodes} episodes from seed {seed})")
     print(format_table(summary))
     if args.out:
@@ -309,9 +323,11 @@ def cmd_suite(args: argparse.Namespace) -> None:
     env settings (a fresh agent's: the defaults; `--env` moves the level), each test's own level or language
     written as its `overrides`; every test plays episode k from `eval_seed` + k, on `num_envs` envs.
     """
+    import dataclasses
     import time
 
     from glamrl.eval.agents import builder, eval_env, load_eval_model
+    from glamrl.eval.provenance import provenance
     from glamrl.eval.suite import applicable, format_header, run_suite, select_tests
     from glamrl.envs import make_env
     from glamrl.files import write_text
@@ -326,10 +342,12 @@ def cmd_suite(args: argparse.Namespace) -> None:
     if args.env is not None:
         make_env(args.env)  # an unknown id fails here, before the agent loads
     spec = agent_spec(args)
-    cfg, model, label = load_eval_model(spec, args.seed)
+    cfg, model, label, progress = load_eval_model(spec, args.seed)
     env = eval_env(cfg.env, args.env)
     tests, skipped = applicable(tests, env)
     build, seed = builder(cfg, model, spec.greedy), eval_seed(args.seed)
+    origin = provenance(dataclasses.replace(cfg, env=env), run_dir=args.run, progress=progress, greedy=args.greedy,
+                        num_envs=args.num_envs, first_seed=seed, episodes=args.episodes)
     print(f"{label}: {len(tests)} tests on {env.id}, {args.episodes} episodes each, evaluation seeds from {seed}")
     for name, why in skipped.items():
         print(f"{name}: skipped, does not apply: {why}")
@@ -342,7 +360,7 @@ def cmd_suite(args: argparse.Namespace) -> None:
                 "suite": suite, "agent": label, "seed": args.seed, "eval_seed": seed,
                 "episodes_per_test": args.episodes, "num_envs": args.num_envs,
                 "complete": len(results) == len(tests), "skipped": skipped,
-                "wall_time_s": round(time.time() - start, 2), "tests": results}, indent=2))
+                "wall_time_s": round(time.time() - start, 2), "provenance": origin, "tests": results}, indent=2))
 
     run_suite(tests, build, args.episodes, seed, args.num_envs, progress=True,
               say=lambda line: print(line, flush=True), after_test=save, env=env)
@@ -355,7 +373,7 @@ def cmd_demos(args: argparse.Namespace) -> None:
     from glamrl.rollout import format_table
 
     check_output(args.out, suffixes=(".jsonl",))
-    agent, cfg, envs = eval_agent(args, default_kind="bot")
+    agent, cfg, envs, _ = eval_agent(args, default_kind="bot")
     env = cfg.env
     records, summary = record_demos(envs, agent, args.episodes, args.seed, action_names(env.language), args.nbr_obs,
                                     env.language, progress=True)
@@ -372,7 +390,7 @@ def cmd_bc(args: argparse.Namespace) -> None:
     cfg = load_train_config(args.config, args.overrides) if args.config else None
     run = RunDir(args.run_dir)
     with run.lock():
-        cfg, resume = run.resolve_config(cfg, args.overrides)
+        cfg, resume = run.resolve_config(cfg, args.overrides, command=f"glamrl bc --data {args.data}")
         result = train_bc(cfg, args.data, run.path, resume=resume, progress=not args.no_progress)
     png = plot_runs([run.path], run.curves, metrics=("loss",))
     print(f"cloned for {result.updates} steps ({result.frames} records); logs, checkpoints and {png.name} "
@@ -389,7 +407,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         return
 
 
-def train_run(args: argparse.Namespace) -> None:
+def train_run(args: argparse.Namespace, cfg: TrainConfig | None = None) -> Path:
+    """Train (or resume) the run that `args` names, `cfg` in place of --config and its overrides where given
+    (`glamrl.api.train`); returns the run directory."""
     from glamrl.config import ConfigError, load_train_config
     from glamrl.eval.plot import plot_runs
     from glamrl.parallel import distributed
@@ -397,7 +417,8 @@ def train_run(args: argparse.Namespace) -> None:
     from glamrl.train.ppo import train
 
     ranks = distributed.current()
-    cfg = load_train_config(args.config, args.overrides) if args.config else None
+    if cfg is None and args.config:
+        cfg = load_train_config(args.config, args.overrides)
     if args.run_dir is None and cfg is None:
         raise ConfigError("give --config (a new run) or --run-dir (a run to resume)")
     run = RunDir(args.run_dir) if args.run_dir is not None else RunDir.default(cfg)
@@ -410,11 +431,12 @@ def train_run(args: argparse.Namespace) -> None:
         loop = train_drrn if cfg.agent.kind == "drrn" else train  # off-policy DRRN; llm and symbolic: PPO
         result = loop(cfg, run.path, resume=resume, progress=not args.no_progress)
         if not ranks.is_main:
-            return
+            return run.path
         png = plot_runs([run.path], run.curves)
     print(f"trained {result.updates} updates, {result.frames} frames; logs, checkpoints and {png.name} in {run}")
     if result.success_before is not None and result.success_after is not None:
         print(f"success rate: {result.success_before:.3f} before -> {result.success_after:.3f} after")
+    return run.path
 
 
 def cmd_export(args: argparse.Namespace) -> None:
@@ -427,13 +449,17 @@ def cmd_export(args: argparse.Namespace) -> None:
 def cmd_plot(args: argparse.Namespace) -> None:
     from glamrl.eval.plot import SUFFIXES, plot_runs
 
-    check_output(args.out, suffixes=SUFFIXES)
+    if args.probes and len(args.runs) > 1:  # one plot per run, in its directory
+        outs = [RunDir(run).probes_plot for run in args.runs]
+    else:
+        outs = [args.out]
+    for out in outs:
+        check_output(out, suffixes=SUFFIXES, overwrite=args.overwrite)
     if args.probes:
         from glamrl.eval.probes import plot_probes
-    
-        for run in map(RunDir, args.runs):
-            out = args.out if len(args.runs) == 1 else run.probes_plot
-            print(plot_probes(run.path, out))
+
+        for run, out in zip(args.runs, outs):
+            print(plot_probes(run, out))
         return
     print(plot_runs(args.runs, args.out))
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import inspect
+import json
 import math
 import textwrap
 import types
@@ -343,7 +345,8 @@ class DRRNConfig:
     reward_scale: float = 20.0
     """the Q targets use reward_scale x the env reward, > 0 (GLAM: 20)."""
     log_every: int = 1_000
-    """frames between log rows (and checkpoints)."""
+    """frames of a log row (and between checkpoints), at most: the whole vector steps that fit (at least one); the
+    run's last row takes only the frames left to drrn.total_frames."""
     bootstrap_truncation: bool = False
     """false: a time-out is terminal in the Q target, as in GLAM; true: bootstrap it from the final
     observation (see ppo.bootstrap_truncation)."""
@@ -460,8 +463,10 @@ class RunConfig:
     probes: str | None = None
     """YAML file of probe prompts (configs/probes/*.yaml): pi(a | probe) is logged to probes.csv at every update."""
     max_minutes: float | None = None
-    """PPO: stop cleanly (checkpoint, then the final evaluation) after the first update that ends past this many
-    minutes of this invocation's wall time; running again resumes. None: train up to ppo.total_frames."""
+    """PPO and DRRN: stop cleanly (checkpoint, then the final evaluation) after the first update that ends past
+    this many minutes of the run's training time, summed over every invocation (the checkpoint's `duration`, the
+    log's `duration` column): a resumed run that used it up trains no further; raise it to go on. None: train up
+    to the total frames."""
     stop_at_success: float | None = None
     """PPO: stop cleanly after the first update whose training episodes (all ranks together) reach this success
     rate (benchmarks/time_to_ground.py). None: train up to ppo.total_frames."""
@@ -529,6 +534,28 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+GROWABLE = ("ppo.total_frames", "drrn.total_frames", "bc.epochs", "run.max_minutes", "run.stop_at_success")
+"""The caps on how long a run trains: a resume may change them (extend the run)."""
+HOW_RUN = ("run.sharding", "run.check_replicas", "run.tensorboard", "run.checkpoint_every", "run.eval_episodes",
+           "run.eval_greedy")
+"""How the processes hold, save, report and evaluate a run, not what it learns: a resume may change them too (a
+torchrun FSDP run resumed by one process; a resume evaluates only after training)."""
+RESUMABLE = (*GROWABLE, *HOW_RUN)
+"""The only fields a resume may change, each change recorded in the run's config history (RUN_DIR/
+config_history.yaml). Every other field is the run's identity: another value is another run."""
+
+
+def identity_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The dotted fields, other than the `RESUMABLE` ones, whose values differ between two configs (`to_dict()`)."""
+    return [key for key in changed_fields(before, after) if key not in RESUMABLE]
+
+
+def config_hash(cfg: TrainConfig) -> str:
+    """8 hex digits of the config without its `RESUMABLE` fields: the same for every resume of one run."""
+    identity = {key: value for key, value in flatten(cfg.to_dict()).items() if key not in RESUMABLE}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 @dataclass(frozen=True)
@@ -664,13 +691,18 @@ def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'} must be a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
     kwargs = {}
     for key, value in data.items():
         path = f"{where}.{key}" if where else key
         if key not in names:
             raise ConfigError(f"unknown config key {path!r}; known keys: {', '.join(sorted(names))}")
         kwargs[key] = _coerce(hints[key], value, path)
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in kwargs and f.init
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        keys = ", ".join(repr(f"{where}.{m}" if where else m) for m in missing)
+        raise ConfigError(f"missing config key {keys} (it has no default)")
     return cls(**kwargs)
 
 
@@ -687,10 +719,19 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
                                            f"got {value!r} ({type(value).__name__})")
             return value
         return _coerce(options[0], value, path)
-    if origin is list:
+    if origin in (list, tuple):  # tuple[X, ...]: a list in the file, a tuple in a frozen dataclass
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{path} must be a list, got {value!r}")
-        return [_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return origin(_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin is dict:  # dict[str, X]: a mapping of names to values
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path} must be a mapping, got {value!r}")
+        for key in value:
+            _check(isinstance(key, str), f"{path} must be a mapping of names, got the key {key!r}")
+        return {key: _coerce(args[1], v, f"{path}.{key}") for key, v in value.items()}
+    if hint is Path:
+        _check(isinstance(value, str), f"{path} must be a path, got {value!r} ({type(value).__name__})")
+        return Path(value)
     if hint is float and not isinstance(value, bool) and isinstance(value, (int, float, str)):
         try:  # YAML reads 1e-6 as a string
             number = float(value)

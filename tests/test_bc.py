@@ -39,7 +39,7 @@ def test_demos_hold_one_record_per_bot_step(demos):
     records = read_demos(demos, ACTION_NAMES)
     assert len(records) == 200  # the bot needs one turn per TurnToObject episode
     first = json.loads(demos.read_text().splitlines()[0])
-    assert set(first) == {"prompt", "action", "action_index", "mission", "task", "episode", "step",
+    assert set(first) == {"prompt", "action", "action_index", "mission", "nbr_obs", "task", "episode", "step",
                           "episode_return", "success"}
     assert first["prompt"].endswith("Action 0: ") and first["mission"] in first["prompt"]
     assert all(r["success"] and r["action"] in ("turn left", "turn right") for r in records)

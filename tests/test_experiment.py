@@ -2,6 +2,7 @@
 a report of curves and times to the target, and a SLURM array of the same runs."""
 
 import hashlib
+import shlex
 import subprocess
 import sys
 
@@ -72,7 +73,7 @@ def test_experiment_trains_skips_resumes_and_reports(tmp_path, capsys, monkeypat
     assert (out / "random-seed1" / "eval.json").exists()
     report = (out / "report.md").read_text()
     assert "| tiny | 2 |" in report and "| tiny-lora | 1 |" in report and "random (evaluated)" in report
-    assert report.startswith("IQM over seeds (of fewer than 4 seeds: their mean) [95% interval: rliable's")
+    assert report.splitlines()[2].startswith("IQM over seeds (of fewer than 4 seeds: their mean) [95% interval: rliable's")
     lora = next(line for line in report.splitlines() if line.startswith("| tiny-lora |")).split(" | ")
     assert lora[4] == "64"  # frames trained, whether or not it reached the target; one seed: no interval
     tiny = next(line for line in report.splitlines() if line.startswith("| tiny |")).split(" | ")
@@ -81,7 +82,7 @@ def test_experiment_trains_skips_resumes_and_reports(tmp_path, capsys, monkeypat
     success, low, high = map(float, random[7].replace("[", "").replace("]", "").replace(",", "").split())
     assert random[2] == "1" and 0 <= low <= success <= high <= 1  # one seed: over its 20 episodes
     assert main(["experiment", str(exp), "--report", "--aggregate", "mean"]) == 0
-    assert (out / "report.md").read_text().startswith("Mean over seeds [95% interval")
+    assert (out / "report.md").read_text().splitlines()[2].startswith("Mean over seeds [95% interval")
     assert (out / "success_frames.png").stat().st_size > 0 and (out / "success_minutes.png").stat().st_size > 0
     capsys.readouterr()
 
@@ -107,15 +108,15 @@ def test_sbatch_array_has_one_task_per_run(tmp_path, capsys):
     assert f'-m glamrl.cli experiment {exp} --task "$SLURM_ARRAY_TASK_ID"' in text
     assert "#   1: tiny-seed2" in text and "#   3: random-seed1" in text
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0  # valid bash
-    assert not (tmp_path / "out").exists()  # nothing trained
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["slurm"]  # the logs' folder; nothing trained
 
 
 @pytest.mark.parametrize(("edit", "message"), [
-    ("frames: 64", "unknown key(s) ['colour']"),
+    ("frames: 64", "unknown config key 'colour'"),
     ("frames: -3", "frames must be a positive number"),
     ("    seeds: [1, 2]", "seeds must be a non-empty list"),
     ("tiny.yaml'}\n    seeds", "config file"),
-    ("    episodes: 20", "episodes must be an integer"),
+    ("    episodes: 20", "runs.random.episodes must be int"),
 ])
 def test_bad_experiment_files_are_one_line_before_any_run(tmp_path, capsys, edit, message):
     text = write_experiment(tmp_path, frames=64).read_text()
@@ -132,3 +133,103 @@ def test_bad_experiment_files_are_one_line_before_any_run(tmp_path, capsys, edit
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("frames: 64", "frames: 64\nframes: 32", "key 'frames' is given twice"),
+    ("    seeds: [1, 2]", "    seeds: [1, 2]\n    seeds: [3]", "key 'seeds' is given twice"),
+    ("frames: 64", "frames: true", "frames must be int"),
+    ("    episodes: 20", "    episodes: true", "runs.random.episodes must be int"),
+    ("    seeds: [1, 2]", "    seeds: [true]", "runs.tiny.seeds[0] must be int"),
+    ("  random:", "  ../../x:", "'../../x' is not a run name"),
+    ("  random:", "  a/b:", "'a/b' is not a run name"),
+    ("target: 0.5", "target: 0.5\nenv: BabyAI-Nope-v0", "unknown env id 'BabyAI-Nope-v0'"),
+    ("OUT", "out: 5", "out must be a path, got 5"),
+    ("OUT", "out: [a, b]", "out must be a path"),
+])
+def test_experiment_files_are_checked_as_configs_before_anything_is_created(tmp_path, capsys, monkeypatch, old,
+                                                                              new, message):
+    monkeypatch.chdir(tmp_path)
+    path = write_experiment(tmp_path, frames=64)
+    text = path.read_text()
+    old = text.splitlines()[0] if old == "OUT" else old
+    path.write_text(text.replace(old, new, 1))
+    before = sorted(p.name for p in tmp_path.parent.iterdir())
+    assert main(["experiment", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml", "tiny.yaml"]  # no out, no 5, no run
+    assert sorted(p.name for p in tmp_path.parent.iterdir()) == before
+
+
+def test_every_task_id_is_checked_before_any_run(tmp_path, capsys):
+    exp = write_experiment(tmp_path, frames=64)
+    assert main(["experiment", str(exp), "--task", "0", "--task", "7"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "task 7 does not exist" in err[0] and "0..3" in err[0], err
+    assert not (tmp_path / "out").exists()  # task 0 did not train
+
+
+def test_sbatch_and_report_never_replace_a_file_glamrl_did_not_write(tmp_path, capsys):
+    exp = write_experiment(tmp_path, frames=64)
+    script, report = tmp_path / "mine.sh", tmp_path / "out" / "report.md"
+    script.write_text("my script\n")
+    report.parent.mkdir()
+    report.write_text("my notes\n")
+    for args, path in [(["--sbatch", str(script)], script), (["--report"], report)]:
+        assert main(["experiment", str(exp), *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{path} exists and glamrl did not write it" in err[0] and "--overwrite" in err[0]
+    assert script.read_text() == "my script\n" and report.read_text() == "my notes\n"
+    for args in (["--sbatch", str(script), "--overwrite"], ["--sbatch", str(script)],  # then: its own file
+                 ["--report", "--overwrite"], ["--report"]):
+        assert main(["experiment", str(exp), *args]) == 0, capsys.readouterr().err
+    assert script.read_text().startswith("#!/bin/bash\n") and "| agent |" in report.read_text()
+
+
+def test_a_report_without_runs_says_only_what_it_wrote(tmp_path, capsys):
+    exp = write_experiment(tmp_path, frames=64)
+    assert main(["experiment", str(exp), "--report"]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'out' / 'report.md'}" in out and "curves" not in out
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report.md"]
+
+
+def test_a_damaged_eval_json_is_one_line_naming_it(tmp_path, capsys):
+    exp = write_experiment(tmp_path, frames=64)
+    damaged = tmp_path / "out" / "random-seed1" / "eval.json"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_text('{"success_rate": 0.')  # cut short
+    assert main(["experiment", str(exp), "--report"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(damaged) in err[0] and "not valid JSON" in err[0], err
+    assert damaged.read_text() == '{"success_rate": 0.' and not (tmp_path / "out" / "report.md").exists()
+
+
+@pytest.mark.parametrize("time", ["02:00:00\n#SBATCH --mem=1", "2h", "24:00:00:00", "1-", "", "-1", "1:2:3:4"])
+def test_sbatch_refuses_a_time_slurm_would_not_read(tmp_path, capsys, time):
+    exp = write_experiment(tmp_path, frames=64)
+    script = tmp_path / "exp.sbatch"
+    assert main(["experiment", str(exp), "--sbatch", str(script), "--time", time]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--time" in err[0] and "D-HH:MM:SS" in err[0], err
+    assert not script.exists() and not (tmp_path / "out").exists()
+
+
+def test_sbatch_quotes_paths_and_creates_its_log_folder(tmp_path, capsys):
+    from glamrl.eval.experiment import check_slurm_time
+
+    for time in ("30", "30:00", "02:00:00", "1-12", "1-12:30", "1-12:30:00"):
+        check_slurm_time(time)  # SLURM's formats
+    folder = tmp_path / "my dir"
+    folder.mkdir()
+    exp = write_experiment(folder, frames=64)
+    exp.write_text(exp.read_text().replace(f"out: {folder / 'out'}", f"out: {folder / 'my out'}"))
+    script = folder / "my job.sbatch"
+    assert main(["experiment", str(exp), "--sbatch", str(script), "--time", "1-12:30"]) == 0
+    text = script.read_text()
+    logs = folder / "my out" / "slurm"
+    assert f"#SBATCH --output={shlex.quote(str(logs / 'slurm-%A_%a.out'))}\n" in text
+    assert f"experiment {shlex.quote(str(exp))} --task" in text and f"#   sbatch {shlex.quote(str(script))}" in text
+    assert logs.is_dir() and sorted(p.name for p in (folder / "my out").iterdir()) == ["slurm"]
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0

@@ -38,7 +38,7 @@ EXPORTS = {"llama-full": ("llama-full", False), "llama-lora": ("llama-lora", Fal
 
 # Runs in a fresh interpreter where any glamrl import fails: plain transformers + peft + safetensors only.
 PLAIN_READER = r'''
-import json, sys
+import json, os, sys
 sys.modules["glamrl"] = None
 import torch
 torch.set_num_threads(1)
@@ -51,6 +51,8 @@ def load(directory):
     if manifest["weights"] == "adapter":
         from peft import PeftModel
         base = json.load(open(f"{directory}/adapter_config.json"))["base_model_name_or_path"]
+        beside = os.path.join(directory, base)  # a base copied into the export is named relative to it
+        base = beside if os.path.isdir(beside) else base
         model = PeftModel.from_pretrained(auto.from_pretrained(base), directory)
     else:
         model = auto.from_pretrained(directory)
@@ -288,3 +290,33 @@ def test_model_card_lists_the_evaluations_saved_in_the_run(exported, tmp_path, c
     export_run(run_dir, tmp_path / "out")
     card = (tmp_path / "out" / "README.md").read_text()
     assert f"| eval.json | BabyAI-TurnToObject-v0 | 8 | {rate:.3f} |" in card
+
+
+# Plain peft in a fresh process, in the moved export: AutoPeftModel finds the base by the adapter's own reference.
+MOVED_READER = r'''
+import sys
+sys.modules["glamrl"] = None
+import torch
+torch.set_num_threads(1)
+from peft import AutoPeftModelForCausalLM, PeftModel
+from transformers import AutoModelForCausalLM
+
+ids = torch.tensor([[1, 5, 9, 2, 7]])
+with torch.no_grad():
+    auto = AutoPeftModelForCausalLM.from_pretrained(".").eval()(ids).logits
+    base = AutoModelForCausalLM.from_pretrained("base").eval()
+    plain = base(ids).logits
+    peft = PeftModel.from_pretrained(base, ".").eval()(ids).logits
+print(torch.allclose(auto, peft), torch.allclose(auto, plain))
+'''
+
+
+def test_a_moved_lora_export_loads_with_plain_peft(exported, tmp_path):
+    run, _ = exported["llama-lora"]
+    export_run(run, tmp_path / "first")
+    moved = (tmp_path / "first").rename(tmp_path / "elsewhere")
+    assert not Path(json.loads((moved / "adapter_config.json").read_text())["base_model_name_or_path"]).is_absolute()
+    out = subprocess.run([sys.executable, "-c", MOVED_READER], cwd=moved, capture_output=True, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "False"]  # the adapter applied to the base beside it

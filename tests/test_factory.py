@@ -82,7 +82,7 @@ def test_agent_spec_names_a_fresh_or_a_trained_agent_without_changing_anything()
     from glamrl.eval.agents import AgentSpec, load_eval_model
 
     spec = AgentSpec(kind="random")
-    cfg, model, label = load_eval_model(spec, seed=3, language="fr")
+    cfg, model, label, _ = load_eval_model(spec, seed=3, language="fr")
     assert (cfg.agent.kind, model, label, cfg.env.seed) == ("random", None, "random", 3)
     assert cfg.prompt.actions[0] == "tourner à gauche"  # the language's own action names
     assert spec == AgentSpec(kind="random")  # a frozen spec: loading never rewrites it

@@ -112,3 +112,64 @@ def test_suite_json_holds_per_episode_outcomes_that_results_bootstraps(tmp_path)
         assert np.mean(per_episode["length"]) == result["mean_length"]
     assert main(["results", str(out), "--out", str(tmp_path / "t")]) == 0
     assert "| test | bot (1 seed: interval over episodes) |" in (tmp_path / "t" / "results.md").read_text()
+
+
+def origin(seed=1, level="BabyAI-GoToObjS4-v0", agent="random", model=None, run_dir=None):
+    """A provenance record as `glamrl eval --suite` writes it (`glamrl.eval.provenance`)."""
+    return {"run_dir": run_dir, "model": model, "checkpoint": None, "greedy": False, "num_envs": 2,
+            "episode_seeds": {"first": 1000000 + seed, "count": 10},
+            "level": {"id": level, "task": None, "language": "en", "max_steps": None, "faithful": False},
+            "agent": agent, "glamrl_version": "0.1.0", "git_commit": None}
+
+
+def keyed_suite(path, label, seed, success, **provenance):
+    suite_json(path, label, seed, {"no_change": success})
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "provenance": origin(seed, **provenance)}))
+
+
+def test_results_pool_seeds_of_one_level_agent_and_model(tmp_path):
+    keyed_suite(tmp_path / "r1.json", "random", 1, 0.2)
+    keyed_suite(tmp_path / "r2.json", "random", 2, 0.4)
+    assert main(["results", str(tmp_path), "--out", str(tmp_path / "t")]) == 0
+    md = (tmp_path / "t" / "results.md").read_text()
+    assert "| test | random (2 seeds) |" in md and "Warning: without provenance" not in md
+
+
+@pytest.mark.parametrize("second, message", [
+    ({"seed": 1}, "are the same evaluation"),  # the same episodes of the same agent, evaluated twice
+    ({"seed": 2, "level": "BabyAI-TurnToObject-v0"}, "level differs"),
+    ({"seed": 2, "agent": "bot"}, "agent differs"),
+    ({"seed": 2, "model": "other-model"}, "model differs"),
+])
+def test_results_refuse_seeds_that_differ_or_repeat(tmp_path, capsys, second, message):
+    keyed_suite(tmp_path / "a.json", "random", 1, 0.2)
+    keyed_suite(tmp_path / "b.json", "random", second.pop("seed"), 0.4, **second)
+    assert main(["results", str(tmp_path), "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and "a.json" in err[0] and "b.json" in err[0]
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("key, value, field_name", [
+    ("success_rate", 1.7, "success_rate"), ("success_rate", float("nan"), "success_rate"),
+    ("mean_length", -3.0, "mean_length"), ("success_ci", [0.1, 1.2], "success_ci"),
+    ("per_episode", {"length": [-1] * 10}, "per_episode length"),
+])
+def test_results_refuse_impossible_values_on_read(tmp_path, capsys, key, value, field_name):
+    bad = tmp_path / "bad.json"
+    suite_json(bad, "bot", 1, {"no_change": 0.5})
+    data = json.loads(bad.read_text())
+    data["tests"]["no_change"][key] = value
+    bad.write_text(json.dumps(data))
+    assert main(["results", str(bad), "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad.json" in err[0] and field_name in err[0]
+
+
+def test_results_accept_files_without_provenance_with_a_warning(tmp_path, capsys):
+    suite_json(tmp_path / "old.json", "random", 1, {"no_change": 0.2})
+    keyed_suite(tmp_path / "new.json", "random", 2, 0.4)
+    assert main(["results", str(tmp_path), "--out", str(tmp_path / "t")]) == 0
+    warning = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Warning:")]
+    assert len(warning) == 1 and "old.json" in warning[0] and "new.json" not in warning[0]

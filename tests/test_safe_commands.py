@@ -138,7 +138,7 @@ def test_outputs_into_a_runs_data_are_refused_and_the_run_resumes(trained, tmp_p
         (["export", "--run", run, "--out", run / "exp"], "lies inside the run directory"),
         (["export", "--run", run, "--out", run / "checkpoints", "--overwrite"], "lies inside the run directory"),
         (["export", "--run", run, "--out", run, "--overwrite"], "is the run directory"),
-        (["export", "--run", run, "--out", tmp_path, "--overwrite"], "not a glamrl export"),  # holds the run
+        (["export", "--run", run, "--out", tmp_path, "--overwrite"], f"holds the run directory {run}"),
         (["eval", *episodes, "--out", run / "checkpoints" / "e.json"], "checkpoints of the run directory"),
         (["eval", "--suite", "paper", *episodes, "--out", run / "config.yaml" / "s.json"], "is a file"),
         (["demos", *episodes, "--out", run / "tb" / "d.jsonl"], "tb of the run directory"),
@@ -153,6 +153,29 @@ def test_outputs_into_a_runs_data_are_refused_and_the_run_resumes(trained, tmp_p
     assert [r["update"] for r in read_log(run)] == [1, 2]  # resumed, not restarted
     assert main(["eval", *episodes, "--out", str(run / "eval.json")]) == 0  # beside the run's data is fine
 
+
+
+def test_export_overwrite_never_deletes_a_run_inside_the_export(trained, tmp_path, capsys):
+    exports = tmp_path / "exports"
+    assert main(["export", "--run", str(trained), "--out", str(exports)]) == 0
+    capsys.readouterr()
+    run = copy_run(trained, exports, "myrun")  # trained into the export folder afterwards
+    before = checksums(exports)
+    code, err = run_cli(capsys, "export", "--run", str(run), "--out", str(exports), "--overwrite")
+    assert_one_line(code, err, f"--out {exports} holds the run directory {run}", "choose a directory")
+    assert checksums(exports) == before and RunDir(run).is_run
+
+
+@pytest.mark.parametrize("suffix", [".png", ".pdf", ".svg"])
+def test_plot_replaces_only_a_figure_glamrl_wrote(trained, tmp_path, capsys, suffix):
+    mine, figure = tmp_path / f"mine{suffix}", tmp_path / f"curves{suffix}"
+    mine.write_text("the user's own figure")
+    assert_one_line(*run_cli(capsys, "plot", str(trained), "--out", str(mine)),
+                    f"--out {mine} exists and glamrl did not write it", "--overwrite")
+    assert mine.read_text() == "the user's own figure"
+    for out, flags in [(figure, []), (figure, []), (mine, ["--overwrite"]), (mine, [])]:  # then: its own figure
+        assert main(["plot", str(trained), "--out", str(out), *flags]) == 0
+    assert mine.read_bytes() != b"the user's own figure"
 
 def test_overwrite_deletes_only_what_a_run_wrote(trained, tmp_path, capsys):
     cfg = tiny_config(tmp_path)
@@ -382,7 +405,7 @@ def test_an_architecture_change_on_resume_or_init_from_is_one_line(tmp_path, cap
     before = checksums(run)
     field = change.partition("=")[0]
     code, err = run_cli(capsys, "train", "--run-dir", str(run), "--no-progress", change)
-    assert_one_line(code, err, f"checkpoint in {RunDir(run).checkpoints}", field)
+    assert_one_line(code, err, f"{run} holds a run with another config", field)  # before any checkpoint is read
     assert checksums(run) == before  # config.yaml too: the refused override is not recorded
     if field != "drrn.replay_size":  # the replay memory is not part of the weights a new run starts from
         code, err = run_cli(capsys, "train", "--config", str(config), "--run-dir", str(tmp_path / "new"),
@@ -406,6 +429,31 @@ def test_damaged_inputs_are_one_line(trained, tmp_path, capsys):
     assert_one_line(code, err, "no tokenizer")
     assert not (tmp_path / "c.png").exists()
 
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (lambda rows: [rows[0], rows[1].replace(rows[1].split(",")[0], "x1", 1), *rows[2:]], "log.csv:2: column 'update'"),
+    (lambda rows: [rows[0], rows[1] + ",7", *rows[2:]], "log.csv:2 has another number of cells"),
+    (lambda rows: [rows[0], rows[1].encode()[:-3].decode() + "\udcff", *rows[2:]], "log.csv:2 is not UTF-8"),
+])
+def test_a_damaged_log_is_one_line_on_resume_and_kept(trained, tmp_path, capsys, damage, message):
+    run = copy_run(trained, tmp_path)
+    rows = (run / "log.csv").read_text().splitlines()
+    (run / "log.csv").write_bytes(("\n".join(damage(rows)) + "\n").encode("utf-8", "surrogateescape"))
+    before = {path: digest for path, digest in checksums(run).items() if not path.startswith("config")}
+    code, err = run_cli(capsys, "train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=16")
+    assert_one_line(code, err, message)
+    assert {path: digest for path, digest in checksums(run).items() if not path.startswith("config")} == before
+
+
+def test_a_row_torn_by_a_kill_is_skipped_by_readers_and_resume(trained, tmp_path, capsys):
+    run = copy_run(trained, tmp_path)
+    with open(run / "log.csv", "a") as f:
+        f.write("2,4,16,1")  # the last row, cut short: no line end
+    assert [r["update"] for r in read_log(run)] == [1]
+    assert main(["plot", str(run), "--out", str(tmp_path / "c.png")]) == 0
+    assert main(["train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=16"]) == 0
+    assert [r["update"] for r in read_log(run)] == [1, 2]
 
 # ------------------------------------------------------------------ two ranks
 def test_a_config_error_that_only_rank_0_sees_is_reported_by_rank_0(tmp_path):

@@ -235,7 +235,7 @@ def test_messages_name_the_real_problem(tmp_path, capsys):
 
 def test_run_dir_names_every_path_of_a_run(tmp_path):
     run = RunDir(tmp_path / "run")
-    data = (run.config, run.log, run.probes, run.checkpoints, run.tensorboard, run.lock_file)
+    data = (run.config, run.history, run.log, run.probes, run.checkpoints, run.tensorboard, run.lock_file)
     assert tuple(p.relative_to(run.path).as_posix() for p in data) == RUN_DATA
     assert (*RUN_DATA, run.curves.name) == RUN_FILES
     assert run.last_checkpoint.parent == run.backup_checkpoint.parent == run.checkpoints

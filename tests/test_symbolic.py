@@ -282,7 +282,11 @@ def test_max_minutes_stops_after_an_update_with_a_checkpoint_and_resumes(tmp_pat
     assert first.updates == 1 and load_checkpoint(run)["update"] == 1  # run.checkpoint_every is 4
     again = train(load_train_config("configs/symbolic_small.yaml", overrides), run, resume=True, progress=False,
                   say=lambda _: None)
-    assert again.updates == 2 and again.frames == 1024
+    assert again.updates == 1  # the cap counts the run's training time, not this invocation's: used up
+    raised = [*overrides[:-1], f"run.max_minutes={load_checkpoint(run)['duration'] / 60 * 1.000001}"]
+    more = train(load_train_config("configs/symbolic_small.yaml", raised), run, resume=True, progress=False,
+                 say=lambda _: None)
+    assert more.updates == 2 and more.frames == 1024  # raised: one more update crosses it
 
 
 def test_fast_paths_equal_their_plain_references():

@@ -23,6 +23,7 @@ from glamrl.agents.factory import AgentKindError, make_agent, make_model, restor
 from glamrl.config import AgentConfig, EnvConfig, ModelConfig, PromptConfig, TrainConfig
 from glamrl.envs.actions import action_names
 from glamrl.eval.suite import AgentBuilder, SuiteTest
+from glamrl.run.checkpoint import Progress
 
 ZERO_SHOT_NBR_OBS = 3  # GLAM's prompt keeps three observations
 
@@ -46,15 +47,16 @@ class AgentSpec:
 
 
 def load_eval_model(spec: AgentSpec, seed: int = 1,
-                    language: str | None = None) -> tuple[TrainConfig, nn.Module | None, str]:
-    """(config, network or None, label) of the agent `spec` names; its kind is `config.agent.kind`.
+                    language: str | None = None) -> tuple[TrainConfig, nn.Module | None, str, Progress | None]:
+    """(config, network or None, label, the run's checkpoint progress or None) of the agent `spec` names; its kind
+    is `config.agent.kind`.
 
     A fresh agent's `config.env` is `EnvConfig`'s defaults with `seed` and `language` (default en), a run's is
     the run's own (`language` does not change it: see `eval_env`).
     """
     if spec.run is not None:
-        cfg, model, _ = restore_model(spec.run, kind=spec.kind, device=spec.device)
-        return cfg, model, f"run {run_label(spec.run)}"
+        cfg, model, state = restore_model(spec.run, kind=spec.kind, device=spec.device)
+        return cfg, model, f"run {run_label(spec.run)}", state.progress
     language = language or EnvConfig.language
     if spec.kind is None:
         raise AgentKindError("give --agent (a fresh agent) or --run (a trained one)")
@@ -75,7 +77,7 @@ def load_eval_model(spec: AgentSpec, seed: int = 1,
             label = f"llm {Path(spec.model).name}"
     cfg = TrainConfig(env=EnvConfig(seed=seed, language=language), prompt=prompt, model=model,
                       agent=AgentConfig(kind=spec.kind))
-    return cfg, make_model(cfg), label
+    return cfg, make_model(cfg), label, None
 
 
 def eval_env(trained: EnvConfig, level: str | None = None, task: str | None = None,
@@ -103,7 +105,7 @@ def builder(cfg: TrainConfig, model: nn.Module | None, greedy: bool = False) -> 
 
 def agent_builder(spec: AgentSpec, seed: int = 1) -> tuple[str, AgentBuilder]:
     """(label, builder of the agent for one suite test's envs) for the agent `spec` names."""
-    cfg, model, label = load_eval_model(spec, seed)
+    cfg, model, label, _ = load_eval_model(spec, seed)
     return label, builder(cfg, model, spec.greedy)
 
 

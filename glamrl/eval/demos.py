@@ -1,13 +1,14 @@
 """Demonstrations: an agent's episodes as (prompt, action) records in a JSONL file, one record per step.
 
     {"prompt": "...Action 0: ", "action": "turn left", "action_index": 0, "mission": "go to the red ball",
-     "task": "go_to", "episode": 3, "step": 0, "episode_return": 0.9, "success": true}
+     "nbr_obs": 3, "task": "go_to", "episode": 3, "step": 0, "episode_return": 0.9, "success": true}
 
 `prompt` is GLAM's prompt (glamrl/prompts.py) of the decision, with the action names
 and history length given; behavioural cloning (glamrl/train/bc.py) learns `action` from it. A
 record is read back only if its `action` is the name the cloning config gives its
-`action_index` (`read_demos`): demonstrations recorded with other action names (another
-language, other words) are refused, not cloned under the wrong names.
+`action_index`, and its `nbr_obs` (the observations its prompt keeps) is the config's prompt.nbr_obs
+(`read_demos`): demonstrations recorded with other action names (another language, other words) or
+another history length are refused, not cloned into prompts the policy will never see.
 Episodes are played as in evaluation (`glamrl.rollout.run_episodes`): episode k from seed + k, whatever
 `num_envs`, and the records in episode order. `glamrl demos` plays the training seeds (`--seed`), not the
 evaluation ones.
@@ -39,7 +40,7 @@ class RecordingAgent:
     """Wraps an agent and keeps the (prompt, action) pairs of each env's current episode."""
 
     def __init__(self, agent: Agent, num_envs: int, action_names: Sequence[str], nbr_obs: int, language: str) -> None:
-        self.agent, self.action_names, self.language = agent, list(action_names), language
+        self.agent, self.action_names, self.language, self.nbr_obs = agent, list(action_names), language, nbr_obs
         self.histories = [PromptHistory(nbr_obs) for _ in range(num_envs)]
         self.current: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
         self.ended: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]  # each env's last finished episode
@@ -49,7 +50,8 @@ class RecordingAgent:
         for i, (mission, sentences, a) in enumerate(zip(obs["mission"], obs["descriptions"], decision.actions)):
             prompt = self.histories[i].prompt(self.action_names, mission, sentences, self.language)
             name = self.action_names[int(a)]
-            self.current[i].append({"prompt": prompt, "action": name, "action_index": int(a), "mission": mission})
+            self.current[i].append({"prompt": prompt, "action": name, "action_index": int(a), "mission": mission,
+                                    "nbr_obs": self.nbr_obs})
             self.histories[i].record(sentences, name)
         return decision
 
@@ -83,9 +85,10 @@ def write_demos(records: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
-def read_demos(path: Path, action_names: Sequence[str]) -> list[dict[str, Any]]:
-    """The records of a demonstration file, each naming its action as `action_names` does; `DemoFileError`
-    names the first bad line (blank lines are skipped)."""
+def read_demos(path: Path, action_names: Sequence[str], nbr_obs: int | None = None) -> list[dict[str, Any]]:
+    """The records of a demonstration file, each naming its action as `action_names` does and (when given, for
+    records that say it) keeping `nbr_obs` observations; `DemoFileError` names the first bad line (blank lines
+    are skipped)."""
     if not path.is_file():
         raise DemoFileError(f"demonstration file not found: {path}")
     records = []
@@ -102,6 +105,11 @@ def read_demos(path: Path, action_names: Sequence[str]) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 raise DemoFileError(f"{where} is not JSON (expected one record per line)") from None
             _check_record(record, where, action_names)
+            if nbr_obs is not None and record.get("nbr_obs", nbr_obs) != nbr_obs:
+                raise DemoFileError(
+                    f"{where} was recorded with --nbr-obs {record['nbr_obs']}, but the config's prompt.nbr_obs is "
+                    f"{nbr_obs}: record the demonstrations with --nbr-obs {nbr_obs}, or set "
+                    f"prompt.nbr_obs={record['nbr_obs']}")
             records.append(record)
     if not records:
         raise DemoFileError(f"{path} holds no demonstration")

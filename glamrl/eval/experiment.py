@@ -7,7 +7,9 @@
 The file names the runs (a config and overrides, one or more seeds) and what they share: the
 output folder, the training frames of every run and an optional wall-clock cap. Each run lives
 in its own run directory, OUT/NAME-seedS, trained by `glamrl train` in a process of its own.
-A run whose checkpoint has all its frames (or its time) is skipped; an unfinished one resumes;
+A run whose saved config is the experiment's (but for what a resume may change, `RESUMABLE`) and whose
+log has all its frames (or its time) is skipped; an unfinished one resumes; one with another config (another
+experiment's run under the same out and name) is reported and left alone, in training and in the report;
 so the experiment can be spread over sittings or machines, and each SLURM array task trains one
 run (`--task I`). Evaluation-only agents (random, bot) are evaluated once, with `glamrl eval`.
 
@@ -23,24 +25,27 @@ episodes), as in `glamrl results`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from glamrl.config import ConfigError, EnvConfig, load_train_config
+from glamrl.config import ConfigError, EnvConfig, from_dict, identity_changes, load_train_config, load_yaml
+from glamrl.errors import GlamrlError
 from glamrl.stats import AGGREGATE_TITLES, BOOTSTRAP_REPS, METRICS, interval_over_seeds
-from glamrl.files import write_text
-from glamrl.run.dir import LOG_FILE
+from glamrl.files import write_text, writing
+from glamrl.run.dir import LOG_FILE, MARKER, RunDir
 from glamrl.run.log import read_log
 
 EVAL_ONLY = ("random", "bot")
+RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")
+"""A run's name: one folder name (its run directories are OUT/NAME-seedS), never a path."""
 
 
 class ExperimentError(ConfigError):
@@ -49,10 +54,8 @@ class ExperimentError(ConfigError):
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One entry of the experiment file."""
+    """One entry of the experiment's `runs` (its key is the run's name)."""
 
-    name: str
-    """label of the agent in plots and the table; its run directories are OUT/NAME-seedS."""
     config: str | None = None
     """the YAML config of `glamrl train` (training agents)."""
     overrides: tuple[str, ...] = ()
@@ -63,82 +66,86 @@ class RunSpec:
     """random or bot: evaluated only, no training (then `env` and `episodes` apply)."""
     episodes: int = 200
     """evaluation episodes of an evaluation-only agent."""
+    name: str = ""
+    """label of the agent in plots and the table: its key in `runs` (not a key of the entry); its run directories
+    are OUT/NAME-seedS."""
+
+    def check(self, where: str) -> None:
+        """Refuse what the types alone allow; `where` names the entry (runs.NAME)."""
+        if self.agent is not None and self.agent not in EVAL_ONLY:
+            raise ConfigError(f"{where}.agent must be one of {', '.join(EVAL_ONLY)} (trained agents take a config)")
+        if (self.agent is None) == (self.config is None):
+            raise ConfigError(f"{where}: give either config (a trained agent) or agent (random, bot)")
+        if self.config is not None and not Path(self.config).is_file():
+            raise ConfigError(f"{where}.config: config file {self.config} not found")
+        if not self.seeds or min(self.seeds) < 0:
+            raise ConfigError(f"{where}.seeds must be a non-empty list of integers >= 0, got {list(self.seeds)}")
+        if bad := [o for o in self.overrides if "=" not in o]:
+            raise ConfigError(f"{where}.overrides must be key=value strings, got {bad[0]!r}")
+        if self.episodes < 1:
+            raise ConfigError(f"{where}.episodes must be an integer >= 1, got {self.episodes}")
 
 
 @dataclass(frozen=True)
 class Experiment:
+    """The experiment file (configs/experiments/*.yaml), loaded by `load_experiment`."""
+
     out: Path
     """folder of every run directory and of the report."""
-    runs: tuple[RunSpec, ...]
+    runs: dict[str, RunSpec]
+    """name -> run: one run directory per seed, OUT/NAME-seedS (NAME: letters, digits, '.', '_', '-')."""
     frames: int | None = None
     """training frames of every run (ppo.total_frames or drrn.total_frames); null: each config's own."""
     minutes: float | None = None
-    """wall-clock cap of each PPO run (run.max_minutes); a run that used it up counts as finished."""
+    """cap on each run's training time, summed over its invocations (run.max_minutes); a run that used it up
+    counts as finished (raise it to train further)."""
     env: str | None = None
     """the level of every run (env.id); null: each config's own."""
     target: float = 0.9
     """the success rate the table measures the time to."""
-    tasks: list[tuple[RunSpec, int]] = field(default_factory=list)
-    """(spec, seed) of every run in order: the SLURM array's task ids."""
+
+    def __post_init__(self) -> None:
+        if not self.runs:
+            raise ConfigError("runs must name at least one run (name: {config, seeds, overrides} or {agent})")
+        for name, spec in self.runs.items():
+            if not RUN_NAME.fullmatch(name) or name in (".", ".."):
+                raise ConfigError(f"runs: {name!r} is not a run name; use letters, digits, '.', '_' and '-' (it "
+                                  f"names the run directories OUT/NAME-seedS)")
+            if spec.name not in ("", name):
+                raise ConfigError(f"unknown config key 'runs.{name}.name': a run's name is its key in runs")
+            spec.check(f"runs.{name}")
+        object.__setattr__(self, "runs", {name: dataclasses.replace(spec, name=name)
+                                          for name, spec in self.runs.items()})
+        for key in ("frames", "minutes"):
+            if getattr(self, key) is not None and getattr(self, key) <= 0:
+                raise ConfigError(f"{key} must be a positive number or null, got {getattr(self, key)}")
+        if not 0 < self.target <= 1:
+            raise ConfigError(f"target must be a success rate in (0, 1], got {self.target}")
+
+    @property
+    def tasks(self) -> list[tuple[RunSpec, int]]:
+        """(spec, seed) of every run in order: the SLURM array's task ids."""
+        return [(spec, seed) for spec in self.runs.values() for seed in spec.seeds]
 
 
 def load_experiment(path: str | Path) -> Experiment:
-    """The experiment file `path`, checked: unknown keys, missing configs and bad values stop here."""
+    """The experiment file `path`, checked before anything is created: its keys and types (as a train config's),
+    its run names, every run's config and level."""
+    from glamrl.envs import make_env
+
     path = Path(path)
+    data = load_yaml(path)  # one line naming the file: not YAML, a key given twice, not a mapping
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise ConfigError(f"cannot read experiment file {path}: {err.strerror}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("runs"), dict) or not data["runs"]:
-        raise ConfigError(f"{path}: expected a mapping with 'out' and a non-empty mapping 'runs' (name: spec)")
-    known = {"out", "runs", "frames", "minutes", "env", "target"}
-    if unknown := set(data) - known:
-        raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
-    if "out" not in data:
-        raise ConfigError(f"{path}: give 'out', the folder of the experiment's runs")
-    specs = tuple(_run_spec(path, name, spec) for name, spec in data["runs"].items())
-    target = data.get("target", 0.9)
-    if not isinstance(target, (int, float)) or not 0 < target <= 1:
-        raise ConfigError(f"{path}: target must be a success rate in (0, 1], got {target!r}")
-    for key in ("frames", "minutes"):
-        value = data.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-            raise ConfigError(f"{path}: {key} must be a positive number or null, got {value!r}")
-    experiment = Experiment(Path(data["out"]), specs, data.get("frames"), data.get("minutes"), data.get("env"),
-                            float(target))
-    experiment.tasks.extend((spec, seed) for spec in specs for seed in spec.seeds)
-    for spec, seed in experiment.tasks:  # every config builds (keys, types, cross-field checks) before any run
-        if spec.agent is None:
-            load_train_config(spec.config, train_overrides(experiment, spec, seed))
+        experiment = from_dict(Experiment, data)
+        levels = {experiment.env or EnvConfig.id}
+        for spec, seed in experiment.tasks:  # every config builds (keys, types, cross-field checks) before any run
+            if spec.agent is None:
+                levels.add(load_train_config(spec.config, train_overrides(experiment, spec, seed)).env.id)
+        for level in sorted(levels):
+            make_env(level).close()  # an unknown level fails here, not in the middle of the runs
+    except GlamrlError as err:
+        raise ConfigError(f"experiment file {path}: {err}") from None
     return experiment
-
-
-def _run_spec(path: Path, name: str, spec: Any) -> RunSpec:
-    where = f"{path}: runs.{name}"
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{where} must be a mapping (config, overrides, seeds | agent, episodes)")
-    known = {"config", "overrides", "seeds", "agent", "episodes"}
-    if unknown := set(spec) - known:
-        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
-    agent, config = spec.get("agent"), spec.get("config")
-    if agent is not None and agent not in EVAL_ONLY:
-        raise ConfigError(f"{where}: agent must be one of {', '.join(EVAL_ONLY)} (trained agents take a config)")
-    if (agent is None) == (config is None):
-        raise ConfigError(f"{where}: give either config (a trained agent) or agent (random, bot)")
-    if config is not None and not Path(config).is_file():
-        raise ConfigError(f"{where}: config file {config} not found")
-    seeds = spec.get("seeds", [1])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
-        raise ConfigError(f"{where}: seeds must be a non-empty list of integers >= 0, got {seeds!r}")
-    overrides = spec.get("overrides", [])
-    if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
-        raise ConfigError(f"{where}: overrides must be a list of key=value strings, got {overrides!r}")
-    episodes = spec.get("episodes", 200)
-    if not isinstance(episodes, int) or episodes < 1:
-        raise ConfigError(f"{where}: episodes must be an integer >= 1, got {episodes!r}")
-    return RunSpec(name, config, tuple(overrides), tuple(seeds), agent, episodes)
 
 
 def run_dir(experiment: Experiment, spec: RunSpec, seed: int) -> Path:
@@ -153,15 +160,43 @@ def train_overrides(experiment: Experiment, spec: RunSpec, seed: int) -> list[st
         shared.append(f"env.id={experiment.env}")
     if experiment.frames is not None:
         shared.append(f"{'drrn' if cfg.agent.kind == 'drrn' else 'ppo'}.total_frames={experiment.frames}")
-    if experiment.minutes is not None and cfg.agent.kind != "drrn":
+    if experiment.minutes is not None:
         shared.append(f"run.max_minutes={experiment.minutes}")
     return [*shared, *spec.overrides]
 
 
+def mismatch(experiment: Experiment, spec: RunSpec, seed: int) -> str | None:
+    """Why the run directory holds another run than this one, in one line: its saved config differs from the
+    experiment's in keys other than the `RESUMABLE` ones, or (evaluation-only agents) its eval.json names another
+    agent or level. None when it holds this run, or none."""
+    directory = run_dir(experiment, spec, seed)
+    if spec.agent is not None:
+        result = directory / "eval.json"
+        if not result.exists():
+            return None
+        data, asked = read_eval(result), {"agent": spec.agent, "env": experiment.env or EnvConfig.id}
+        changed = [f"{key} {data[key]!r}, not {value!r}" for key, value in asked.items()
+                   if data.get(key, value) != value]
+        return (f"{result} holds another evaluation than {spec.name}'s ({', '.join(changed)}): give the experiment "
+                f"another out or run name, or move it away") if changed else None
+    saved = RunDir(directory).read_config()
+    if saved is None:
+        return None
+    changed = identity_changes(saved.to_dict(),
+                               load_train_config(spec.config, train_overrides(experiment, spec, seed)).to_dict())
+    if not changed:
+        return None
+    return (f"{directory} holds a run with another config than {spec.name}'s ({', '.join(changed)} differ): "
+            f"give the experiment another out or run name, or move that run away")
+
+
 def is_finished(experiment: Experiment, spec: RunSpec, seed: int) -> bool:
     """Whether the run has nothing left to do: its results file (evaluation-only agents), or a last log
-    row at its total frames or past its time cap."""
+    row at its total frames or past its time cap (run.max_minutes counts the run's training time, its log's
+    `duration`). A run directory holding another run (`mismatch`) is never this run's, finished or not."""
     directory = run_dir(experiment, spec, seed)
+    if mismatch(experiment, spec, seed) is not None:
+        return False
     if spec.agent is not None:
         return (directory / "eval.json").exists()
     if not (directory / LOG_FILE).exists():
@@ -190,11 +225,17 @@ def task_command(experiment: Experiment, spec: RunSpec, seed: int) -> list[str]:
 def run_tasks(experiment: Experiment, indices: list[int] | None = None, say=print) -> None:
     """Train or evaluate the runs not yet finished (all, or the task ids `indices`), one after another."""
     chosen = range(len(experiment.tasks)) if indices is None else indices
+    if missing := [i for i in chosen if not 0 <= i < len(experiment.tasks)]:  # all of them, before any run
+        raise ConfigError(f"task {missing[0]} does not exist: the experiment has tasks 0..{len(experiment.tasks) - 1}")
+    mismatched = []
     for i in chosen:
-        if not 0 <= i < len(experiment.tasks):
-            raise ConfigError(f"task {i} does not exist: the experiment has tasks 0..{len(experiment.tasks) - 1}")
         spec, seed = experiment.tasks[i]
         name = run_dir(experiment, spec, seed).name
+        why = mismatch(experiment, spec, seed)
+        if why is not None:
+            say(f"[{i}] {name}: mismatch, not trained: {why}")
+            mismatched.append(name)
+            continue
         if is_finished(experiment, spec, seed):
             say(f"[{i}] {name}: finished, skipped")
             continue
@@ -202,32 +243,56 @@ def run_tasks(experiment: Experiment, indices: list[int] | None = None, say=prin
         done = subprocess.run(task_command(experiment, spec, seed))
         if done.returncode != 0:
             raise ExperimentError(f"run {name} failed (exit {done.returncode}); rerun the experiment to resume it")
+    if mismatched:
+        raise ExperimentError(f"{', '.join(mismatched)} hold{'s' if len(mismatched) == 1 else ''} another "
+                              f"experiment's run (see above): give the experiment another out or run names")
+
+
+SLURM_TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}")
+"""sbatch --time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS."""
+
+
+def check_slurm_time(time: str) -> None:
+    """Refuse a --time that is not one of SLURM's formats (`SLURM_TIME`)."""
+    if not SLURM_TIME.fullmatch(time):
+        raise ConfigError(f"--time {time!r} is not a SLURM time limit; give MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+                          f"D-HH:MM:SS (e.g. 24:00:00)")
+
+
+def slurm_logs(experiment: Experiment) -> Path:
+    """The folder of the array tasks' SLURM logs, OUT/slurm (absolute: sbatch reads it from where it is called)."""
+    return experiment.out.resolve() / "slurm"
 
 
 def write_sbatch(experiment: Experiment, experiment_file: Path, out: Path, time: str = "24:00:00",
                  cpus: int = 8) -> Path:
     """A SLURM array job, one task per run: each task runs `glamrl experiment FILE --task $SLURM_ARRAY_TASK_ID`
-    (skipping a finished run, resuming an unfinished one). `glamrl experiment FILE --report` afterwards."""
+    (skipping a finished run, resuming an unfinished one). `glamrl experiment FILE --report` afterwards.
+    Creates the folder of the tasks' logs (`slurm_logs`), which SLURM does not."""
+    check_slurm_time(time)
     n = len(experiment.tasks)
     names = "\n".join(f"#   {i}: {run_dir(experiment, spec, seed).name}" for i, (spec, seed) in
                       enumerate(experiment.tasks))
+    file, logs = shlex.quote(str(experiment_file)), slurm_logs(experiment)
     script = f"""#!/bin/bash
-# glamrl experiment {experiment_file}: one SLURM array task per run ({n} runs).
-#   sbatch {out}
-# then, when all have ended: glamrl experiment {experiment_file} --report
+# {MARKER}: glamrl experiment {file}, one SLURM array task per run ({n} runs).
+#   sbatch {shlex.quote(str(out))}
+# then, when all have ended: glamrl experiment {file} --report
 # Resubmitting resumes unfinished runs and skips finished ones. Tasks:
 {names}
-#SBATCH --job-name=glamrl-{experiment.out.name}
+#SBATCH --job-name={shlex.quote(f"glamrl-{experiment.out.name}")}
 #SBATCH --array=0-{n - 1}
 #SBATCH --ntasks=1
 #SBATCH --cpus-per-task={cpus}
 #SBATCH --time={time}
-#SBATCH --output={experiment.out}/slurm-%A_%a.out
+#SBATCH --output={shlex.quote(str(logs / "slurm-%A_%a.out"))}
 set -euo pipefail
 cd {shlex.quote(str(Path.cwd()))}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK
-{shlex.quote(sys.executable)} -m glamrl.cli experiment {shlex.quote(str(experiment_file))} --task "$SLURM_ARRAY_TASK_ID"
+{shlex.quote(sys.executable)} -m glamrl.cli experiment {file} --task "$SLURM_ARRAY_TASK_ID"
 """
+    with writing(logs):
+        logs.mkdir(parents=True, exist_ok=True)
     return write_text(out, script)
 
 
@@ -240,20 +305,40 @@ def time_to_target(rows: list[dict[str, float]], target: float) -> tuple[float, 
     return None
 
 
-def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP_REPS) -> Path:
+def report_files(experiment: Experiment) -> tuple[Path, Path, Path]:
+    """OUT/report.md (it starts with `MARKER`), OUT/success_frames.png and OUT/success_minutes.png."""
+    return (experiment.out / "report.md", experiment.out / "success_frames.png",
+            experiment.out / "success_minutes.png")
+
+
+def read_eval(path: Path) -> dict[str, Any]:
+    """An evaluation-only agent's eval.json, or one line naming it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path} is not valid JSON ({err}); delete it and rerun the experiment to evaluate that "
+                          f"agent again") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} is not the JSON of glamrl eval; delete it and rerun the experiment")
+    return data
+
+
+def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP_REPS) -> list[Path]:
     """The plots and the table of every run trained so far (unfinished runs are drawn as far as they got), with
-    `aggregate` ("iqm" or "mean") over seeds and `reps` bootstrap resamples for the intervals."""
+    `aggregate` ("iqm" or "mean") over seeds and `reps` bootstrap resamples for the intervals; returns the files
+    written (`report_files`: the plots only when there are runs to draw)."""
     from glamrl.eval.plot import plot_runs
     from glamrl.eval.results import estimate
 
     trained = [(spec, [run_dir(experiment, spec, s) for s in spec.seeds
-                       if (run_dir(experiment, spec, s) / LOG_FILE).exists()]) for spec in experiment.runs
-               if spec.agent is None]
+                       if (run_dir(experiment, spec, s) / LOG_FILE).exists() and mismatch(experiment, spec, s) is None])
+               for spec in experiment.runs.values() if spec.agent is None]
     evaluated = {}  # {name: (seeds, success estimate, length estimate)}
-    for spec in experiment.runs:
+    for spec in experiment.runs.values():
         if spec.agent is not None:
-            results = [json.loads((run_dir(experiment, spec, s) / "eval.json").read_text()) for s in spec.seeds
-                       if (run_dir(experiment, spec, s) / "eval.json").exists()]
+            results = [read_eval(run_dir(experiment, spec, s) / "eval.json") for s in spec.seeds
+                       if (run_dir(experiment, spec, s) / "eval.json").exists()
+                       and mismatch(experiment, spec, s) is None]
             if results:
                 evaluated[spec.name] = (len(results), *(estimate(results, METRICS[m], aggregate, reps)
                                                         for m in ("success", "length")))
@@ -262,12 +347,11 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
     dirs = [d for _, group in trained for d in group]
     labels = {d: spec.name for spec, group in trained for d in group}
     metrics = ("success_rate", "num_frames_mean")
+    md, *plots = report_files(experiment)
     if dirs:
-        plot_runs(dirs, experiment.out / "success_frames.png", x="frames", metrics=metrics, labels=labels,
-                  baselines=baselines)
-        plot_runs(dirs, experiment.out / "success_minutes.png", x="minutes", metrics=metrics, labels=labels,
-                  baselines=baselines)
-    lines = [f"{AGGREGATE_TITLES[aggregate]} [95% interval: "
+        for png, x in zip(plots, ("frames", "minutes")):
+            plot_runs(dirs, png, x=x, metrics=metrics, labels=labels, baselines=baselines)
+    lines = [f"<!-- {MARKER}: glamrl experiment --report -->", "", f"{AGGREGATE_TITLES[aggregate]} [95% interval: "
              f"rliable's bootstrap over the seeds, {reps} resamples; evaluated agents: over the seeds and their "
              f"episodes, or one seed's episodes]; one seed: its value.", "",
              f"| agent | seeds | frames to {experiment.target:g} | minutes to {experiment.target:g} | "
@@ -281,17 +365,21 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
         logs = [read_log(d) for d in group]
         reached = [time_to_target(rows, experiment.target) for rows in logs]
         hits = [r for r in reached if r is not None]
-        last = [next((r for r in reversed(rows) if "success_rate" in r), {}) for rows in logs]
+        # the last row that finished episodes (an empty success_rate cell, NaN: none ended in that row)
+        last = [next((r for r in reversed(rows) if math.isfinite(r.get("success_rate", math.nan))), {})
+                for rows in logs]
+        success, length = ((over_seeds([r["success_rate"] for r in last if r], len(group), "success"),
+                            over_seeds([r["num_frames_mean"] for r in last if r], len(group), "length"))
+                           if any(last) or not group else ("no episode finished",) * 2)
         lines.append(f"| {spec.name} | {len(group)} | {over_seeds([h[0] for h in hits], len(group), 'frames')} | "
                      f"{over_seeds([h[1] for h in hits], len(group), 'minutes')} | "
                      f"{over_seeds([rows[-1]['frames'] for rows in logs if rows], len(group), 'frames')} | "
                      f"{over_seeds([rows[-1]['duration'] / 60 for rows in logs if rows], len(group), 'minutes')} | "
-                     f"{over_seeds([r['success_rate'] for r in last if r], len(group), 'success')} | "
-                     f"{over_seeds([r['num_frames_mean'] for r in last if r], len(group), 'length')} |")
+                     f"{success} | {length} |")
     for name, (seeds, success, length) in evaluated.items():
         lines.append(f"| {name} (evaluated) | {seeds} | | | | | {success.format(METRICS['success'].fmt)} | "
                      f"{length.format(METRICS['length'].fmt)} |")
-    return write_text(experiment.out / "report.md", "\n".join(lines) + "\n")
+    return [write_text(md, "\n".join(lines) + "\n"), *(plots if dirs else [])]
 
 
 def _over_seeds(values: list[float], runs: int, metric: str, aggregate: str, reps: int) -> str:

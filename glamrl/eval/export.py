@@ -14,7 +14,6 @@ lie inside a run directory; `--overwrite` replaces only an earlier export.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -39,7 +38,7 @@ from glamrl.llm.loading import EMBEDDED_NAME, SMOLLM2_VERSION, TINY_NAMES, embed
 from glamrl.llm.policy import LLMPolicy
 from glamrl.prompts import build_prompt
 from glamrl.run.checkpoint import Progress
-from glamrl.run.dir import RUN_DATA, RunDir, check_output
+from glamrl.run.dir import RunDir, check_output
 
 
 class ExportError(GlamrlError, ValueError):
@@ -55,7 +54,7 @@ def export_run(run_dir: Path, out: Path, merge_lora: bool = False, overwrite: bo
     check_out(out, overwrite)
     cfg, policy, state = restore_model(run_dir, kind="llm", device="cpu")
     with atomic_output(out, directory=True, replace=overwrite) as tmp:
-        manifest = _write(policy, cfg, state.progress, run_dir, out, tmp, merge_lora)
+        manifest = _write(policy, cfg, state.trainer, state.progress, run_dir, out, tmp, merge_lora)
         _readable(tmp)
     return manifest
 
@@ -80,8 +79,8 @@ def _readable(tmp: Path) -> None:
             path.chmod(0o666 & ~umask)
 
 
-def _write(policy: LLMPolicy, cfg: TrainConfig, progress: Progress, run_dir: Path, out: Path, tmp: Path,
-           merge_lora: bool) -> PolicyManifest:
+def _write(policy: LLMPolicy, cfg: TrainConfig, trainer: str, progress: Progress, run_dir: Path, out: Path,
+           tmp: Path, merge_lora: bool) -> PolicyManifest:
     heads = {f"value_head.{k}": v for k, v in policy.value_head.state_dict().items()}
     if policy.action_heads is not None:
         heads |= {f"action_heads.{k}": v for k, v in policy.action_heads.state_dict().items()}
@@ -91,7 +90,7 @@ def _write(policy: LLMPolicy, cfg: TrainConfig, progress: Progress, run_dir: Pat
     base = None
     if cfg.model.lora and not merge_lora:
         weights, base = "adapter", base_reference(cfg)
-        policy.llm.peft_config["default"].base_model_name_or_path = _plain_base_path(base, out)
+        policy.llm.peft_config["default"].base_model_name_or_path = _plain_base_path(base)
         policy.llm.save_pretrained(tmp, save_embedding_layers=False)  # no hub look-up of the base
         if base == BASE_DIR:
             policy.llm.unload().save_pretrained(tmp / BASE_DIR)
@@ -103,7 +102,7 @@ def _write(policy: LLMPolicy, cfg: TrainConfig, progress: Progress, run_dir: Pat
 
     manifest = make_manifest(policy, cfg, weights, base)
     (tmp / MANIFEST_FILE).write_text(manifest.to_json())
-    (tmp / "README.md").write_text(model_card(cfg, progress, manifest, run_dir, out))  # replaces peft's stub card
+    (tmp / "README.md").write_text(model_card(cfg, trainer, progress, manifest, run_dir, out))  # not peft's stub
     return manifest
 
 
@@ -116,10 +115,13 @@ def base_reference(cfg: TrainConfig) -> str:
     return str(path.resolve()) if path.exists() else name
 
 
-def _plain_base_path(base: str, out: Path) -> str:
-    """The base as plain transformers can load it on this machine (peft's base_model_name_or_path)."""
+def _plain_base_path(base: str) -> str:
+    """The base as plain transformers can load it (peft's base_model_name_or_path): `base` copied into the export
+    is named relative to it, so the export still loads once moved (peft resolves it from the working directory:
+    `AutoPeftModelForCausalLM.from_pretrained(".")` inside the export, or `PeftModel.from_pretrained(
+    AutoModelForCausalLM.from_pretrained("DIR/base"), "DIR")` from anywhere)."""
     if base == BASE_DIR:
-        return str(out.resolve() / BASE_DIR)
+        return BASE_DIR
     return str(embedded_smollm2_dir()) if base == EMBEDDED_NAME else base
 
 
@@ -170,17 +172,11 @@ def example_prompt(cfg: TrainConfig) -> str:
 def evaluations(run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
     """Evaluation results saved in the run directory: `glamrl eval --out` JSONs and every test of suite JSONs."""
     found = []
-    for path in sorted(run_dir.rglob("*.json")):
-        if set(RUN_DATA) & set(path.relative_to(run_dir).parts):
-            continue
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
+    for path, data in RunDir(run_dir).derived():
         name = str(path.relative_to(run_dir))
-        if isinstance(data, dict) and "success_rate" in data:
+        if "success_rate" in data:
             found.append((name, data))
-        elif isinstance(data, dict) and isinstance(data.get("tests"), dict):  # a suite: {test: summary}
+        else:  # a suite: {test: summary}
             found += [(f"{name}: {test}", r) for test, r in data["tests"].items()
                       if isinstance(r, dict) and "success_rate" in r]
     return found
@@ -196,9 +192,12 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {minutes} min {secs} s" if hours else f"{minutes} min {secs} s"
 
 
-def _training_section(run_dir: Path, progress: Progress) -> list[str]:
+def _training_section(run_dir: Path, trainer: str, progress: Progress) -> list[str]:
     from glamrl.run.log import LogNotFoundError, read_log
 
+    if trainer == "bc":
+        return [f"- {_count(progress.update, 'optimizer step')} of behavioural cloning on "
+                f"{_count(progress.frames, 'demonstration record')}, wall time {_duration(progress.duration)}."]
     lines = [f"- {_count(progress.update, 'PPO update')}, {_count(progress.frames, 'frame')}, "
              f"{_count(progress.episodes, 'episode')}, wall time {_duration(progress.duration)} "
              f"({progress.duration:.0f} s, collection and updates together)."]
@@ -222,7 +221,7 @@ def _evaluation_section(run_dir: Path) -> list[str]:
     found = evaluations(run_dir)
     if not found:
         return ["No evaluation results are saved in the run directory (`glamrl eval --run RUN_DIR --out "
-                "RUN_DIR/eval.json` writes one). The run's own before/after evaluation is printed, not saved."]
+                "RUN_DIR/eval.json` writes one; a run with run.eval_episodes > 0 saves eval_before.json and eval_after.json)."]
     lines = ["| result | env | episodes | success rate | mean return |", "| --- | --- | --- | --- | --- |"]
     for name, data in found:
         ret = data.get("mean_return")
@@ -236,7 +235,7 @@ def _load_section(manifest: PolicyManifest, out: Path, env_id: str) -> list[str]
     code = ["```python", f"from transformers import {auto}, AutoTokenizer"]
     code += ["from peft import PeftModel", ""] if manifest.weights == "adapter" else [""]
     if manifest.weights == "adapter":
-        base = f"{out}/{BASE_DIR}" if manifest.base_model == BASE_DIR else _plain_base_path(manifest.base_model, out)
+        base = f"{out}/{BASE_DIR}" if manifest.base_model == BASE_DIR else _plain_base_path(manifest.base_model)
         code += [f"base = {auto}.from_pretrained({base!r})",
                  f"model = PeftModel.from_pretrained(base, {str(out)!r})"]
     else:
@@ -262,29 +261,40 @@ def _load_section(manifest: PolicyManifest, out: Path, env_id: str) -> list[str]
     return code
 
 
-def model_card(cfg: TrainConfig, progress: Progress, manifest: PolicyManifest, run_dir: Path, out: Path) -> str:
-    """README.md of an export: what the policy was grounded on, how it was trained and scored, how to load it."""
+def model_card(cfg: TrainConfig, trainer: str, progress: Progress, manifest: PolicyManifest, run_dir: Path,
+               out: Path) -> str:
+    """README.md of an export: what the policy was grounded on, how it was trained (by the checkpoint's
+    `trainer`: ppo, or bc) and scored, how to load it."""
     library = "peft" if manifest.weights == "adapter" else "transformers"
     weights = {"full": "all weights (full fine-tuning)", "merged": "LoRA adapters merged into the base weights",
                "adapter": "a LoRA adapter (peft)"}[manifest.weights]
     task = f", task {cfg.env.task}" if cfg.env.task else ""
+    if trainer == "bc":
+        tag, what, how = "behavioural-cloning", "cloned from demonstrations in", "(behavioural cloning)"
+        reward = "- Reward: none in training (the demonstrations' actions are its targets); success = reward > 0."
+        method = (f"- Behavioural cloning (GLAM's clm_behavioral-cloning loss): lr {cfg.bc.lr:g}, {cfg.bc.epochs} "
+                  f"epoch(s), batch {cfg.bc.batch_size}.")
+    else:
+        tag, what, how = "reinforcement-learning, ppo", "grounded in", "with PPO"
+        reward = (f"- Reward: minigrid's 1 - 0.9 * steps / max_steps on success, x {cfg.ppo.reward_scale:g} in "
+                  "training; success = reward > 0.")
+        method = (f"- Online PPO (GLAM, ICML 2023): lr {cfg.ppo.lr:g}, {cfg.ppo.epochs} epochs, minibatch "
+                  f"{cfg.ppo.minibatch_size}, {cfg.ppo.num_steps} frames per env per update.")
     lines = [
-        "---", f"library_name: {library}", "tags: [glamrl, reinforcement-learning, ppo, babyai-text]", "---", "",
-        f"# {out.name}: {cfg.model.name} grounded in {cfg.env.id} with PPO", "",
+        "---", f"library_name: {library}", f"tags: [glamrl, {tag}, babyai-text]", "---", "",
+        f"# {out.name}: {cfg.model.name} {what} {cfg.env.id} {how}", "",
         f"Exported by `glamrl export` from the run `{run_dir}`: {weights}, plus the value head"
         f"{' and the NPAE action heads' if manifest.use_action_heads else ''}.", "",
         "## What it was grounded on", "",
         f"- Environment: `{cfg.env.id}`{task} (BabyAI-Text: text descriptions of a BabyAI agent's 7x7 view), "
         f"language {cfg.env.language}, {cfg.env.num_envs} parallel envs, seeds {cfg.env.seed}.., episode limit "
         f"{cfg.env.max_steps or 'the level default'}.",
-        f"- Reward: minigrid's 1 - 0.9 * steps / max_steps on success, x {cfg.ppo.reward_scale:g} in training; "
-        "success = reward > 0.",
+        reward,
         f"- Base model: `{cfg.model.name}` ({cfg.model.dtype}"
         f"{', LoRA r=%d alpha=%d' % (cfg.model.lora_r, cfg.model.lora_alpha) if cfg.model.lora else ''}"
         f"{', not pretrained' if not cfg.model.pretrained else ''}).",
-        f"- Online PPO (GLAM, ICML 2023): lr {cfg.ppo.lr:g}, {cfg.ppo.epochs} epochs, minibatch "
-        f"{cfg.ppo.minibatch_size}, {cfg.ppo.num_steps} frames per env per update.", "",
-        "## Training", "", *_training_section(run_dir, progress), "",
+        method, "",
+        "## Training", "", *_training_section(run_dir, trainer, progress), "",
         "## Evaluation", "", *_evaluation_section(run_dir), "",
         "## Actions and prompt", "",
         f"Actions (in minigrid order 0..5): {', '.join(f'`{a}`' for a in manifest.action_names)}.", "",

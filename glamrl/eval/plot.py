@@ -22,6 +22,7 @@ import yaml  # noqa: E402
 
 from glamrl.config import load_yaml  # noqa: E402
 from glamrl.files import atomic_output  # noqa: E402
+from glamrl.run.dir import MARKER  # noqa: E402
 from glamrl.run.dir import RunDir  # noqa: E402
 from glamrl.run.log import read_log  # noqa: E402
 
@@ -114,12 +115,14 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
 
 
 def save_figure(fig: plt.Figure, out: str | os.PathLike) -> Path:
-    """Lay `fig` out, write it atomically to `out` (PNG, or PDF or SVG by its suffix; its folder created), close it."""
+    """Lay `fig` out, write it atomically to `out` (PNG, or PDF or SVG by its suffix; its folder created), close it.
+    Its metadata holds `MARKER` (PNG: Software, PDF and SVG: Creator), so that a later plot may replace it."""
     fig.tight_layout()
     out = Path(out)
+    fmt = out.suffix.lstrip(".").lower() or "png"
     try:
         with atomic_output(out) as tmp:
-            fig.savefig(tmp, dpi=100, format=out.suffix.lstrip(".").lower() or "png")
+            fig.savefig(tmp, dpi=100, format=fmt, metadata={"Software" if fmt == "png" else "Creator": MARKER})
     finally:
         plt.close(fig)
     return out

@@ -15,6 +15,12 @@ Nothing is counted twice or pooled unequally: a file named twice (or also found 
 given) counts once, two files with the same content are refused, and so are an incomplete
 suite (`complete: false`, stopped before its last test) and seeds of one cell evaluated on
 different numbers of episodes. A cell with fewer seeds than its agent's others says how many.
+Each file's `provenance` (`glamrl.eval.provenance`) keys its cells: the seeds of one cell must
+share their level, agent kind and model (`KEYED`), and two of them that are the same evaluation
+(the same run directory and checkpoint, greedy or not, on the same episode seeds) are refused.
+Files written before glamrl recorded provenance are keyed by their agent label alone, and a
+note under the table names them. Values no evaluation can give (a success rate outside [0, 1],
+NaN, a negative length) are refused on read.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -39,6 +46,10 @@ TEST_FIELDS = ("success_rate", "mean_return", "success_ci")
 """What every test of a suite JSON must hold."""
 TABLED = ("success", "return", "length")
 """The metrics of the table, in its order (`glamrl.stats.METRICS`)."""
+KEYED = ("level", "agent", "model")
+"""The provenance fields that every seed of a cell shares."""
+SAME_EVALUATION = ("run_dir", "checkpoint", "greedy", "episode_seeds")
+"""The provenance fields that, all equal, make two files one evaluation counted twice."""
 
 
 class ResultsError(GlamrlError, ValueError):
@@ -52,6 +63,8 @@ class Cell:
     results: list[dict[str, Any]] = field(default_factory=list)
     episodes: list[tuple[Path, int | None]] = field(default_factory=list)
     """(file, episodes of the test) of each seed."""
+    origins: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+    """(file, provenance) of each seed whose file records it."""
 
     @property
     def seeds(self) -> int:
@@ -126,8 +139,32 @@ def load_suite(path: Path) -> dict[str, Any]:
                    *([result["mean_length"]] if "mean_length" in result else [])]
         if not all(map(_is_number, numbers)):
             raise ResultsError(f"{path}: test {test!r} holds values that are not numbers")
+        _check_values(path, test, result)
         _check_per_episode(path, test, result)
+    _check_provenance(path, data.get("provenance"))
     return data
+
+
+def _check_values(path: Path, test: str, result: dict[str, Any]) -> None:
+    """Values an evaluation can give: each metric in its range (`glamrl.stats.METRICS`), the interval too."""
+    ranges = {m.summary_key: m for m in map(METRICS.get, TABLED)}
+    checked = [(key, result[key], ranges[key]) for key in ranges if key in result]
+    checked += [("success_ci", x, METRICS["success"]) for x in result["success_ci"]]
+    for key, value, metric in checked:
+        if not (math.isfinite(value) and metric.low <= value <= metric.high):
+            raise ResultsError(f"{path}: test {test!r}: {key} is {value}, outside [{metric.low:g}, {metric.high:g}]; "
+                               f"no evaluation gives it")
+    if result["success_ci"][0] > result["success_ci"][1]:
+        raise ResultsError(f"{path}: test {test!r}: success_ci {result['success_ci']} is not [low, high]")
+
+
+def _check_provenance(path: Path, origin: Any) -> None:
+    """A `provenance` record, where the file has one: a mapping holding every field the pooling reads."""
+    if origin is None:
+        return
+    missing = [key for key in (*KEYED, *SAME_EVALUATION) if not isinstance(origin, dict) or key not in origin]
+    if missing:
+        raise ResultsError(f"{path}: provenance lacks {', '.join(missing)} (write it with glamrl eval --suite)")
 
 
 def _check_per_episode(path: Path, test: str, result: dict[str, Any]) -> None:
@@ -140,6 +177,10 @@ def _check_per_episode(path: Path, test: str, result: dict[str, Any]) -> None:
     for name, values in outcomes.items():
         if not isinstance(values, list) or not all(map(_is_number, values)):
             raise ResultsError(f"{path}: test {test!r}: per_episode {name} must be a list of numbers")
+        metric = METRICS.get(name)
+        if metric is not None and not all(math.isfinite(v) and metric.low <= v <= metric.high for v in values):
+            raise ResultsError(f"{path}: test {test!r}: per_episode {name} holds values outside "
+                               f"[{metric.low:g}, {metric.high:g}]")
         if result.get("episodes") is not None and len(values) != result["episodes"]:
             raise ResultsError(f"{path}: test {test!r}: per_episode {name} holds {len(values)} outcomes for "
                                f"{result['episodes']} episodes")
@@ -154,7 +195,8 @@ def _pair(value: Any) -> list[Any]:
 
 
 def collect_cells(files: Sequence[Path]) -> tuple[list[str], list[str], dict[tuple[str, str], Cell]]:
-    """(tests, agents, {(test, agent): Cell}) in order of first appearance; seeds of a cell must be of equal size."""
+    """(tests, agents, {(test, agent): Cell}) in order of first appearance; seeds of a cell must be of equal size,
+    of one level, agent kind and model, and distinct evaluations (where their files record provenance)."""
     tests: list[str] = []
     agents: list[str] = []
     cells: dict[tuple[str, str], Cell] = {}
@@ -170,9 +212,29 @@ def collect_cells(files: Sequence[Path]) -> tuple[list[str], list[str], dict[tup
                 first, size = cell.episodes[0]
                 raise ResultsError(f"{agent!r} on {test!r}: {first} ran {size} episodes, {path} {episodes}; "
                                    f"evaluate every seed with the same --episodes")
+            if data.get("provenance") is not None:
+                _check_pooling(agent, test, cell, path, data["provenance"])
+                cell.origins.append((path, data["provenance"]))
             cell.results.append(r)
             cell.episodes.append((path, episodes))
     return tests, agents, cells
+
+
+def _check_pooling(agent: str, test: str, cell: Cell, path: Path, origin: dict[str, Any]) -> None:
+    """Refuse `path` as another seed of `cell` where it differs from a seed in `KEYED` or repeats one."""
+    for first, other in cell.origins:
+        for key in KEYED:
+            if other[key] != origin[key]:
+                raise ResultsError(f"{agent!r} on {test!r}: {key} differs between {first} ({_short(other[key])}) "
+                                   f"and {path} ({_short(origin[key])}); seeds of one column share it: table them "
+                                   f"apart")
+        if all(other[key] == origin[key] for key in SAME_EVALUATION):
+            raise ResultsError(f"{agent!r} on {test!r}: {first} and {path} are the same evaluation (equal "
+                               f"{', '.join(SAME_EVALUATION)}); keep one")
+
+
+def _short(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if isinstance(value, dict) else repr(value)
 
 
 def estimate_cells(cells: dict[tuple[str, str], Cell], aggregate: str = "iqm", reps: int = BOOTSTRAP_REPS,
@@ -222,6 +284,11 @@ def markdown_table(tests: list[str], agents: list[str], cells: dict[tuple[str, s
     if older:
         lines += [f"Without per-episode outcomes (suite JSONs written before glamrl saved them): "
                   f"{', '.join(older)}; their intervals are over seeds only, none for one seed.", ""]
+    unkeyed = sorted({str(path) for cell in cells.values() for path, _ in cell.episodes}
+                     - {str(path) for cell in cells.values() for path, _ in cell.origins})
+    if unkeyed:
+        lines += [f"Warning: without provenance (suite JSONs written before glamrl recorded it), pooled by agent "
+                  f"label alone, unchecked for level, model and repeated evaluations: {', '.join(unkeyed)}.", ""]
     return "\n".join(lines)
 
 

@@ -8,14 +8,21 @@
 A run directory holds (the names are defined here and nowhere else):
 
     config.yaml    the run's config, written first: a directory holding it is a run (`RunDir.is_run`)
+    config_history.yaml   every change a resume made (`RESUMABLE`: caps such as ppo.total_frames): when, which
+                   key, old and new value
     log.csv, probes.csv, checkpoints/ (last.pt, backup.pt), tb/, .lock    the run's data (`RUN_DATA`)
     curves.png     drawn from log.csv at the end of every training command
     probes.png     `glamrl plot --probes` of several runs (not the run's own: --overwrite keeps it)
+    *.json         results derived from the run (`glamrl eval --run RUN_DIR --out RUN_DIR/eval.json`: a summary with
+                   a success_rate, or a suite's tests), anywhere outside its data, as `glamrl export`'s card shows
+                   them: --overwrite deletes them with the run (other JSON files stay)
 
 The rules that keep them safe, applied by every command:
 - no output of any command is written at or inside the run's data (`check_output`), and a directory
-  output replaced as a whole (`glamrl export`) lies neither in a run nor over the current directory;
-- `--overwrite` deletes only what the run wrote (`RUN_FILES`), and refuses a directory that is not a run
+  output replaced as a whole (`glamrl export`) lies neither in a run nor over the current directory, and
+  holds no run; a text output is written over a file only if glamrl wrote it (`MARKER`) or with --overwrite;
+- `--overwrite` deletes only what the run wrote (`RUN_FILES`) and the results derived from it (`derived`), so
+  that no result of the old run is shown as the new one's; it refuses a directory that is not a run
   (`RunDir.clear`); a new run refuses a directory that holds a run's files without being one
   (`RunDir.check_new`).
 
@@ -31,9 +38,11 @@ checkpoint and log methods import `glamrl.run.checkpoint` and `glamrl.run.log` w
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import functools
 import inspect
+import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -43,8 +52,8 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from glamrl.config import (RESOLVED, ConfigError, Resolved, TrainConfig, apply_overrides, changed_fields, from_dict,
-                           load_yaml, without_resolved)
+from glamrl.config import (RESOLVED, RESUMABLE, ConfigError, Resolved, TrainConfig, apply_overrides, changed_fields,
+                           config_hash, flatten, from_dict, identity_changes, load_yaml, without_resolved)
 from glamrl.errors import GlamrlError
 from glamrl.files import check_writable_dir, is_temp_of, remove, write_text
 
@@ -53,6 +62,7 @@ if TYPE_CHECKING:
     from glamrl.run.log import RunLogger
 
 CONFIG_FILE = "config.yaml"
+HISTORY_FILE = "config_history.yaml"
 LOG_FILE = "log.csv"
 PROBES_FILE = "probes.csv"
 CHECKPOINTS = "checkpoints"
@@ -61,7 +71,7 @@ TB_DIR = "tb"
 CURVES_FILE = "curves.png"
 PROBES_PLOT = "probes.png"
 LOCK_FILE = ".lock"
-RUN_DATA = (CONFIG_FILE, LOG_FILE, PROBES_FILE, CHECKPOINTS, TB_DIR, LOCK_FILE)
+RUN_DATA = (CONFIG_FILE, HISTORY_FILE, LOG_FILE, PROBES_FILE, CHECKPOINTS, TB_DIR, LOCK_FILE)
 """What a run needs to resume: never an output of another command."""
 RUN_FILES = (*RUN_DATA, CURVES_FILE)
 """Everything a run writes: what --overwrite deletes."""
@@ -101,14 +111,20 @@ class RunDir:
 
     @classmethod
     def default(cls, cfg: TrainConfig) -> RunDir:
-        """runs/{env}-{model}-seed{seed} (llm) or runs/{env}-{kind}-seed{seed}: the one place run ids are made."""
+        """runs/{env}-{model}-seed{seed}-{hash} (llm) or runs/{env}-{kind}-seed{seed}-{hash}, the hash the config's
+        (`config_hash`: another lr is another directory, another ppo.total_frames the same): the one place run ids
+        are made."""
         model = Path(cfg.model.name).stem.replace("/", "_") if cfg.agent.kind == "llm" else cfg.agent.kind
-        return cls(Path("runs") / f"{cfg.env.id}-{model}-seed{cfg.env.seed}")
+        return cls(Path("runs") / f"{cfg.env.id}-{model}-seed{cfg.env.seed}-{config_hash(cfg)}")
 
     # -------------------------------------------------------------- its paths
     @property
     def config(self) -> Path:
         return self.path / CONFIG_FILE
+
+    @property
+    def history(self) -> Path:
+        return self.path / HISTORY_FILE
 
     @property
     def lock_file(self) -> Path:
@@ -152,8 +168,23 @@ class RunDir:
         return self.config.is_file()
 
     # -------------------------------------------------------------- what it owns
+    def derived(self) -> list[tuple[Path, dict]]:
+        """The results derived from the run saved in its directory, with their contents: the *.json files outside
+        its data (`RUN_DATA`) that hold an evaluation (a `success_rate`) or a suite's (`tests`)."""
+        found = []
+        for path in sorted(self.path.rglob("*.json")):
+            if path.relative_to(self.path).parts[0] in RUN_DATA:
+                continue
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and ("success_rate" in data or isinstance(data.get("tests"), dict)):
+                found.append((path, data))
+        return found
+
     def clear(self) -> None:
-        """Delete what the run wrote (for --overwrite); files the run did not write stay.
+        """Delete what the run wrote and the results derived from it (for --overwrite); other files stay.
 
         A directory that holds files but is not a run is refused with nothing deleted. config.yaml goes
         last, so that a clear cut short still leaves a run directory. The caller holds the lock.
@@ -168,7 +199,7 @@ class RunDir:
                                   f"--run-dir")
             return
         owned = [e for e in entries if e.name in RUN_FILES or any(is_temp_of(e.name, f) for f in RUN_FILES)]
-        for entry in sorted(owned, key=lambda e: e.name == CONFIG_FILE):
+        for entry in [*(path for path, _ in self.derived()), *sorted(owned, key=lambda e: e.name == CONFIG_FILE)]:
             remove(entry)
 
     def check_new(self) -> None:
@@ -232,10 +263,11 @@ class RunDir:
     # - --overwrite (with --config): delete what the run wrote (`clear`), then a new run;
     # - no config.yaml: a new run, and --config is needed (a directory holding a run's other files without
     #   config.yaml is refused: `check_new`);
-    # - config.yaml present, no --config: resume it; dotted overrides (e.g. ppo.total_frames=... to extend
-    #   the run) apply on top and are recorded in config.yaml once the checkpoint was restored;
-    # - config.yaml present and --config given: resume only if both give the same config, else refuse and
-    #   say how to resume or start afresh (--overwrite, or another --run-dir).
+    # - config.yaml present: resume it with the config asked for (--config, else config.yaml, with the dotted
+    #   overrides on top) if that differs from config.yaml in `RESUMABLE` fields only (e.g. ppo.total_frames=...
+    #   to extend the run); their changes are recorded in config.yaml and config_history.yaml once the
+    #   checkpoint was restored (`write_config`). Any other change is refused, naming every changed key, with
+    #   how to resume or start afresh (--overwrite, or another --run-dir).
     def read_config(self, overrides: Sequence[str] = ()) -> TrainConfig | None:
         """RUN_DIR/config.yaml with `overrides` applied, or None when the run has no config."""
         if not self.config.exists():
@@ -246,30 +278,44 @@ class RunDir:
             raise ConfigError(f"{err} (in the run's saved config {self.config}; fix it or start afresh with "
                               f"--overwrite)") from None
 
-    def resolve_config(self, cfg: TrainConfig | None, overrides: Sequence[str] = (),
-                       overwrite: bool = False) -> tuple[TrainConfig, bool]:
+    def resolve_config(self, cfg: TrainConfig | None, overrides: Sequence[str] = (), overwrite: bool = False,
+                       command: str = "glamrl train") -> tuple[TrainConfig, bool]:
         """The config a training command on this run directory runs, and whether it resumes a run (the rule
-        above). `cfg`: the --config file with the overrides, None without --config. The caller holds the lock."""
+        above). `cfg`: the --config file with the overrides, None without --config; `command`: how the run is
+        resumed, for the refusal's advice (BC: "glamrl bc --data FILE"). The caller holds the lock."""
         if overwrite:
             if cfg is None:
                 raise ConfigError("--overwrite starts a run afresh: give its --config")
             self.clear()
-        saved = self.read_config(overrides)
+        saved = self.read_config()
         if saved is None:
             if cfg is None:
                 raise ConfigError(f"{self} holds no run to resume (no {CONFIG_FILE}); start one with --config FILE")
             self.check_new()
             return cfg, False
-        if cfg is not None and cfg != saved:
-            changed = changed_fields(saved.to_dict(), cfg.to_dict())
+        asked = cfg if cfg is not None else self.read_config(overrides)
+        changed = identity_changes(saved.to_dict(), asked.to_dict())
+        if changed:
+            caps = "bc.epochs=N" if command.startswith("glamrl bc") else "ppo.total_frames=N"
+            differ = "differs" if len(changed) == 1 else "differ"
             raise ConfigError(
-                f"{self} already holds a run with another config ({', '.join(changed[:3])} differ); resume it with "
-                f"'glamrl train --run-dir {self}' (plus overrides such as ppo.total_frames=N), or start afresh "
-                f"with another --run-dir or --overwrite")
-        return saved, True
+                f"{self} holds a run with another config ({', '.join(changed)} {differ}; a resume may change only "
+                f"{', '.join(RESUMABLE)}); resume it with '{command} --run-dir {self}' (plus overrides such as "
+                f"{caps}), or start afresh with another --run-dir or --overwrite")
+        return asked, True
 
     def write_config(self, cfg: TrainConfig, resolved: Mapping[str, Resolved] | None = None) -> None:
-        """RUN_DIR/config.yaml, written atomically: `cfg`, then the `resolved` record (setting -> value) if any."""
+        """RUN_DIR/config.yaml, written atomically: `cfg`, then the `resolved` record (setting -> value) if any.
+        The fields `cfg` changes from the config.yaml it replaces are appended to config_history.yaml first."""
+        saved = self.read_config()
+        if saved is not None:
+            changed = changed_fields(saved.to_dict(), cfg.to_dict())
+            if changed:
+                old, new = flatten(saved.to_dict()), flatten(cfg.to_dict())
+                when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+                history = yaml.safe_load(self.history.read_text()) if self.history.exists() else []
+                history += [{"time": when, "key": key, "old": old[key], "new": new[key]} for key in changed]
+                write_text(self.history, yaml.safe_dump(history, sort_keys=False))
         text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
         if resolved:
             text += (f"# {RESOLVED}: what the settings above became on the machine that last started this run "
@@ -315,13 +361,43 @@ def run_data_at(path: Path) -> tuple[Path, str] | None:
 
 
 # ------------------------------------------------------------------ where outputs may go
-def check_output(path: Path, what: str = "--out", suffixes: Sequence[str] = (), directory: bool = False) -> Path:
+MARKER = "written by glamrl"
+"""What marks a file that glamrl replaces without --overwrite: the first line of a text output (report.md; the
+second, after its #! line, of the SLURM script), a figure's metadata (`glamrl plot`). Any other file at an
+output path is the user's."""
+_MARKED_BYTES = 4096  # where MARKER is looked for: the first and the last bytes (a PDF's metadata is at its end)
+
+
+def glamrl_wrote(path: Path) -> bool:
+    """Whether `MARKER` is in the first or the last `_MARKED_BYTES` of the file `path`."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_MARKED_BYTES)
+            f.seek(max(0, os.fstat(f.fileno()).st_size - _MARKED_BYTES))
+            return MARKER.encode() in head or MARKER.encode() in f.read()
+    except OSError:
+        return False
+
+
+def run_below(path: Path) -> Path | None:
+    """A run directory inside the directory `path` (at any depth), or None."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    return next((c.parent for c in sorted(path.rglob(CONFIG_FILE)) if RunDir(c.parent).is_run), None)
+
+
+def check_output(path: Path, what: str = "--out", suffixes: Sequence[str] = (), directory: bool = False,
+                 overwrite: bool | None = None) -> Path:
     """Refuse, before any work and without creating anything, an output that cannot or must not be written.
 
     A file output (`directory=False`) must be a file name ending in one of `suffixes` (when given),
     in a folder that can be created and written, and not at or inside a run's data (`RUN_DATA`). A
     directory output, written and replaced as a whole, must not be a file, the current directory or
-    one above it, a run directory or inside one.
+    one above it, a run directory, inside one, or hold one anywhere below it (even with --overwrite).
+    `overwrite` (a command's --overwrite): False refuses an existing file that glamrl did not write
+    (`glamrl_wrote`) and True replaces it; None, for outputs without a marker that their command rewrites
+    on every call (eval JSONs, demos, GIFs), replaces it too.
     """
     path = Path(path)
     resolved = path.resolve()
@@ -334,6 +410,10 @@ def check_output(path: Path, what: str = "--out", suffixes: Sequence[str] = (), 
         if run is not None:
             where = "is" if run == resolved else "lies inside"
             raise OutputError(f"{what} {path} {where} the run directory {run}; choose a directory outside it")
+        run = run_below(path)
+        if run is not None:
+            raise OutputError(f"{what} {path} holds the run directory {run}, which replacing it would delete; "
+                              f"choose a directory that holds no run")
     elif path.is_dir() or path.name in ("", ".", ".."):
         raise OutputError(f"{what} {path} is a directory; give a file name")
     reason = check_writable_dir(path.parent)
@@ -348,6 +428,9 @@ def check_output(path: Path, what: str = "--out", suffixes: Sequence[str] = (), 
                               f"needs; write it elsewhere")
         if path.exists() and not os.access(path, os.W_OK):
             raise OutputError(f"cannot write {what} {path}: permission denied")
+        if overwrite is False and path.exists() and not glamrl_wrote(path):
+            raise OutputError(f"{what} {path} exists and glamrl did not write it; give --overwrite to replace it, "
+                              f"or choose another name")
     return path
 
 

@@ -56,12 +56,39 @@ def _write_atomic(path: Path, rows: list[list[str]]) -> None:
         csv.writer(f).writerows(rows)
 
 
+def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """The header and the (line number, cells) of every complete row of a log.csv, for readers and for resume.
+
+    A last line without its line end is a row that a kill cut short (the rows are flushed one by one): it is
+    left out. Any other damage (a line that is not UTF-8, a row of another width) is a `LogFormatError`
+    naming the file and the line."""
+    lines = path.read_bytes().split(b"\n")
+    lines.pop()  # after the last line end: empty, or the torn row
+    rows = []
+    for number, raw in enumerate(lines, 1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise LogFormatError(f"{path}:{number} is not UTF-8 text (glamrl writes log.csv; was it "
+                                 f"overwritten?)") from None
+        cells = next(csv.reader([text.removesuffix("\r")]), [])
+        if cells:
+            rows.append((number, cells))
+    if not rows:
+        return list(CSV_COLUMNS), []
+    (_, header), body = rows[0], rows[1:]
+    for number, cells in body:
+        if len(cells) != len(header):
+            raise LogFormatError(f"{path}:{number} has another number of cells than the header ({len(cells)}, "
+                                 f"not {len(header)})")
+    return header, body
+
+
 def _truncate(path: Path, after_update: int) -> list[dict[str, str]]:
     """Keep the header and the rows with update <= after_update; return the kept rows."""
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    header, body = (rows[0], rows[1:]) if rows else (list(CSV_COLUMNS), [])
-    kept = [r for r in body if len(r) == len(header) and float(r[header.index("update")]) <= after_update]
+    header, body = _read_rows(path)
+    kept = [cells for number, cells in body if _number(cells[header.index("update")], path, number, "update")
+            <= after_update]
     _write_atomic(path, [header, *kept])
     return [dict(zip(header, r)) for r in kept]
 
@@ -131,20 +158,13 @@ def _missing(value: Any) -> bool:
 
 
 def read_log(run_dir: str | os.PathLike) -> list[dict[str, float]]:
-    """Rows of RUN_DIR/log.csv as floats; empty cells become NaN. `LogFormatError` names a bad cell's line."""
+    """Rows of RUN_DIR/log.csv as floats; empty cells become NaN; a last row cut short by a kill is left out
+    (`_read_rows`). `LogFormatError` names a damaged line."""
     path = RunDir(run_dir).log
     if not path.exists():
         raise LogNotFoundError(f"no log.csv in {run_dir}: is it a glamrl run directory, and has it logged an update?")
-    rows = []
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            for line, row in enumerate(csv.DictReader(f), 2):
-                if None in row or None in row.values():
-                    raise LogFormatError(f"{path}:{line} has another number of cells than the header")
-                rows.append({k: _number(v, path, line, k) for k, v in row.items()})
-    except UnicodeDecodeError:
-        raise LogFormatError(f"{path} is not a text CSV file (glamrl writes it; was it overwritten?)") from None
-    return rows
+    header, body = _read_rows(path)
+    return [{k: _number(v, path, number, k) for k, v in zip(header, cells)} for number, cells in body]
 
 
 def _number(cell: str, path: Path, line: int, column: str) -> float:

@@ -8,7 +8,8 @@ model.train_layers=K; the trunk's output of a prompt is cached within model.trun
 
 The run directory follows training's conventions: config.yaml (agent.kind llm), log.csv
 (one row per `bc.log_every` optimizer steps; `frames` counts demonstration records
-consumed), checkpoints with the policy's trainable weights, resume by running again.
+consumed: the budget, bc.epochs x the records, and where a resumed run continues), checkpoints
+with the policy's trainable weights, resume by running again.
 Each checkpoint records the demonstrations (path, SHA-256, record count): a run resumes only
 on the same data (`bc.epochs=N` extends it); other data is refused in one line, and is cloned
 on top of the run with a new run started from it (`agent.init_from=RUN_DIR`, another --run-dir).
@@ -18,7 +19,6 @@ on top of the run with a new run started from it (`agent.init_from=RUN_DIR`, ano
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -71,16 +71,15 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
     """Clone the demonstrations of `data` into the LLM policy `cfg` describes (or resume RUN_DIR)."""
     if cfg.agent.kind != "llm":
         raise AgentKindError(f"behavioural cloning trains agent kind 'llm', not {cfg.agent.kind!r}")
-    records = read_demos(data, cfg.prompt.actions)
+    records = read_demos(data, cfg.prompt.actions, cfg.prompt.nbr_obs)
     prompts = [r["prompt"] for r in records]
     actions = torch.tensor([r["action_index"] for r in records])                    # (R,)
     demos = data_identity(data, len(records))
     session = open_session(cfg, run_dir, resume, "bc", progress, say)
     if session.resumed is not None:
         check_same_data(session.run.path, session.resumed.extra.get("data"), demos)
-    b = cfg.bc
-    steps_per_epoch = math.ceil(len(records) / b.batch_size)
-    total_steps = b.epochs * steps_per_epoch
+    b, R = cfg.bc, len(records)
+    total_frames = b.epochs * R
 
     # ---- model, optimizer
     policy = make_model(cfg, load_init=session.resumed is None)
@@ -91,13 +90,14 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
     update, frames, _, duration = session.restore(policy, optimizer)
 
     success_before = session.begin(policy, "before cloning")
-    bar = tqdm(total=total_steps, initial=update, unit="step", disable=not session.progress)
-    start_time, row_start, losses, grad_norms = time.time() - duration, time.time(), [], []
-    while update < total_steps:
-        # ---- 1. the next minibatch: epoch e visits the records in a permutation fixed by (seed, e)
-        epoch, k = divmod(update, steps_per_epoch)
-        order = torch.randperm(len(records), generator=torch.Generator().manual_seed(cfg.env.seed * 10_007 + epoch))
-        mb_idx = order[k * b.batch_size: (k + 1) * b.batch_size]                    # (M,)
+    bar = tqdm(total=total_frames, initial=frames, unit="record", disable=not session.progress)
+    start_time, row_start, row_frames, losses, grad_norms = time.time() - duration, time.time(), 0, [], []
+    while frames < total_frames:
+        # ---- 1. the next minibatch: epoch e visits the records in a permutation fixed by (seed, e), from the
+        # record the run reached (whatever the batch size of the steps before); an epoch's last one may be shorter
+        epoch, offset = divmod(frames, R)
+        order = torch.randperm(R, generator=torch.Generator().manual_seed(cfg.env.seed * 10_007 + epoch))
+        mb_idx = order[offset: offset + b.batch_size]                               # (M,)
 
         # ---- 2. one optimizer step on the LM loss of the action tokens
         optimizer.zero_grad(set_to_none=True)
@@ -107,20 +107,19 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
         grad_norms.append(torch.nn.utils.clip_grad_norm_(params, b.max_grad_norm).item())
         optimizer.step()
         losses.append(loss.item())
-        update += 1
-        bar.update(1)
+        update, frames, row_frames = update + 1, frames + len(mb_idx), row_frames + len(mb_idx)
+        bar.update(len(mb_idx))
 
         # ---- 3. log and checkpoint every log_every steps
-        if update % b.log_every == 0 or update == total_steps:
-            frames = epoch * len(records) + min((k + 1) * b.batch_size, len(records))
+        if update % b.log_every == 0 or frames >= total_frames:
             metrics = {"update": update, "frames": frames,
-                       "FPS": len(losses) * b.batch_size / (time.time() - row_start),
+                       "FPS": row_frames / (time.time() - row_start),
                        "duration": time.time() - start_time,
                        "loss": float(np.mean(losses)), "grad_norm": float(np.mean(grad_norms))}
             session.log(metrics)
             session.save(policy, optimizer, Progress(update, frames, 0, metrics["duration"]), extra={"data": demos})
             bar.set_postfix(loss=f"{metrics['loss']:.3f}")
-            row_start, losses, grad_norms = time.time(), [], []
+            row_start, row_frames, losses, grad_norms = time.time(), 0, [], []
     bar.close()
 
     return session.finish(policy, update, frames, success_before, "after cloning")

@@ -90,6 +90,10 @@ class Session:
         """The update of the checkpoint being resumed (what the run's logs are cut back to); None for a new run."""
         return None if self.resumed is None else self.resumed.progress.update
 
+    def out_of_time(self, duration: float) -> bool:
+        """Whether `duration` seconds of training (the run's, summed over its invocations) used up run.max_minutes."""
+        return self.cfg.run.max_minutes is not None and duration >= 60 * self.cfg.run.max_minutes
+
     def restoring(self) -> contextlib.AbstractContextManager:
         """A block whose loads from the resumed checkpoint become one error line when they do not fit the config."""
         return checkpoint.restoring(f"the checkpoint in {self.run.checkpoints}", self.resumed.config, self.cfg.to_dict(),
@@ -120,7 +124,8 @@ class Session:
                 self.say(f"{key}: {r.value} ({r.why})")
             self.run.write_config(self.cfg, resolved)
             self.compiled_blocks = getattr(model, "compiled_blocks", None)
-        success = report_success(self.cfg, model, when, self.say) if self.resumed is None else None
+        success = (report_success(self.cfg, model, when, self.say, self._saver("eval_before.json", Progress()))
+                   if self.resumed is None else None)
         if self.is_main:
             self.logger = self.run.open_log(self.resumed_update, tensorboard=self.cfg.run.tensorboard)
         return success
@@ -148,7 +153,17 @@ class Session:
         if self.logger is not None:
             self.logger.close()
         return TrainResult(self.run.path, updates, frames, success_before,
-                           report_success(self.cfg, model, when, self.say))
+                           report_success(self.cfg, model, when, self.say,
+                                          self._saver("eval_after.json", Progress(updates, frames))))
+
+    def _saver(self, name: str, progress: Progress) -> Callable[[dict[str, Any]], Any] | None:
+        """Rank 0: what saves an evaluation summary of the model at `progress` as the run directory's `name`."""
+        from glamrl.eval.provenance import write_evaluation
+
+        if not self.is_main:
+            return None
+        return lambda summary: write_evaluation(self.run.path / name, self.cfg, summary, run_dir=self.run.path,
+                                                progress=progress, greedy=self.cfg.run.eval_greedy)
 
 
 def open_session(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str, progress: bool = True,
@@ -171,11 +186,15 @@ def open_session(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str, pr
     return Session(cfg, run, trainer, state, say, progress)
 
 
-def report_success(cfg: TrainConfig, model: torch.nn.Module, when: str, say: Callable[[str], None]) -> float | None:
-    """Success rate on `cfg.run.eval_episodes` evaluation episodes, said aloud; None when that is 0."""
+def report_success(cfg: TrainConfig, model: torch.nn.Module, when: str, say: Callable[[str], None],
+                   save: Callable[[dict[str, Any]], Any] | None = None) -> float | None:
+    """Success rate on `cfg.run.eval_episodes` evaluation episodes, said aloud (and its summary given to `save`);
+    None when that is 0."""
     if not cfg.run.eval_episodes:
         return None
     summary = evaluate_policy(cfg, model)
+    if save is not None:
+        save(summary)
     lo, hi = summary["success_ci"]
     say(f"success rate {when}: {summary['success_rate']:.3f} (95% CI {lo:.2f}-{hi:.2f}) in "
         f"{summary['mean_length']:.1f} steps on average ({cfg.run.eval_episodes} episodes)")

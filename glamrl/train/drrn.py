@@ -8,7 +8,8 @@ with run.eval_greedy / `glamrl eval --greedy`).
 Uniform rather than prioritised replay: BabyAI-Text's rewards are sparse but not rare on
 the small levels, and it keeps the memory a plain ring buffer.
 
-Each row of the log covers `log_every` frames: act in N envs (the same vector env, step
+Each row of the log covers at most `log_every` frames (the last row of a run the frames left, so that a run
+trains drrn.total_frames to within one vector step, however it was resumed): act in N envs (the same vector env, step
 function and CSV columns as PPO) → store transitions → a double-Q step every
 `train_every` vector steps → log → checkpoint (network, target, optimizer, replay
 memory, RNGs). Running again on a run directory resumes it.
@@ -71,8 +72,7 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
         raise AgentKindError(f"train_drrn trains agent kind 'drrn', not {cfg.agent.kind!r}")
     session = open_session(cfg, run_dir, resume, "drrn", progress, say)
     d, N = cfg.drrn, cfg.env.num_envs
-    steps_per_row = math.ceil(d.log_every / N)
-    num_rows = math.ceil(d.total_frames / (steps_per_row * N))
+    steps_per_row = max(1, d.log_every // N)  # vector steps of a full row
 
     # ---- networks, optimizer, replay memory, envs
     network = make_model(cfg, load_init=session.resumed is None)
@@ -94,14 +94,15 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
 
     success_before = session.begin(network)
     obs, _ = envs.reset(seed=cfg.env.seed + update * N)  # a resumed run starts fresh episodes
-    bar = tqdm(total=num_rows * steps_per_row * N, initial=frames, unit="frame", disable=not session.progress)
+    bar = tqdm(total=d.total_frames, initial=frames, unit="frame", disable=not session.progress)
     start_time = time.time() - duration
-    while update < num_rows:
-        row_start = time.time()
+    stop = session.out_of_time(duration)  # run.max_minutes counts the run's training time over every invocation
+    while frames < d.total_frames and not stop:  # in frames: the budget, whatever the rows were
+        row_start, row_steps = time.time(), min(steps_per_row, math.ceil((d.total_frames - frames) / N))
         finished, stats = [], []
 
         # ---- 1. act in N envs, store the transitions, learn every train_every steps
-        for _ in range(steps_per_row):
+        for _ in range(row_steps):
             agent.exploration = exploration(d, frames)
             s = step(envs, agent, obs)
             next_ids = agent.encode(s.next_obs, range(N))                 # (N, L), histories still hold o
@@ -126,17 +127,18 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
         # ---- 2. log, then checkpoint (a kill in between replays this row on resume)
         metrics = {
             "update": update, "frames": frames, "episodes": episodes,
-            "FPS": steps_per_row * N / (time.time() - row_start), "duration": time.time() - start_time,
+            "FPS": row_steps * N / (time.time() - row_start), "duration": time.time() - start_time,
             **episode_stats([e.episode_return for e in finished], [e.episode_length for e in finished],
                             [e.success for e in finished]),
             **{k: float(np.mean([st[k] for st in stats])) for k in ("loss", "grad_norm", "q_mean") if stats},
             "epsilon": agent.exploration.epsilon,
         }
+        stop = session.out_of_time(metrics["duration"])
         session.log(metrics)
-        if update % cfg.run.checkpoint_every == 0 or update == num_rows:
+        if update % cfg.run.checkpoint_every == 0 or frames >= d.total_frames or stop:
             session.save(network, optimizer, Progress(update, frames, episodes, metrics["duration"]),
                          extra={"target": target.state_dict(), "replay": memory.state_dict(), "grad_steps": grad_steps})
-        bar.update(steps_per_row * N)
+        bar.update(row_steps * N)
         if "success_rate" in metrics:
             bar.set_postfix(fps=f"{metrics['FPS']:.0f}", success=f"{metrics['success_rate']:.2f}")
     bar.close()

@@ -94,7 +94,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
     recent = deque(maxlen=100)  # success of the last episodes, for the progress bar
     bar = tqdm(total=p.total_frames, initial=frames, unit="frame", disable=not session.progress)
     start_time = time.time() - duration
-    invocation_start, stop = time.time(), False  # run.max_minutes counts this invocation's wall time
+    stop = session.out_of_time(duration)  # run.max_minutes counts the run's training time over every invocation
     while frames < p.total_frames and not stop:  # in frames: a resumed run may have another number of ranks
         update_start = time.time()
         finished = []
@@ -175,7 +175,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                 if probes is not None:
                     probes.record(policy, update, frames)
         if cfg.run.max_minutes is not None:  # rank 0's clock decides for all ranks
-            stop = distributed.broadcast_object(time.time() - invocation_start > 60 * cfg.run.max_minutes)
+            stop = distributed.broadcast_object(session.out_of_time(metrics["duration"]))
         if cfg.run.stop_at_success is not None and finished:  # the same gathered episodes on every rank
             stop = stop or metrics["success_rate"] >= cfg.run.stop_at_success
         session.log(metrics)

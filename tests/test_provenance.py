@@ -1,0 +1,81 @@
+"""Every result file says where it came from: `glamrl eval`, its suites, and a run's eval_before/eval_after."""
+
+import json
+import re
+from importlib import metadata
+
+import pytest
+
+from glamrl.cli import main
+from glamrl.config import load_train_config
+from glamrl.eval import provenance as prov
+from glamrl.rollout import eval_seed
+from glamrl.train.ppo import train
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "env.seed=5", "model.name=tiny-llama",
+        "model.device=cpu", "ppo.num_steps=4", "ppo.minibatch_size=4", "ppo.epochs=1", "ppo.total_frames=16",
+        "run.tensorboard=false", "run.eval_episodes=2", "prompt.nbr_obs=2"]
+LEVEL = {"id": "BabyAI-TurnToObject-v0", "task": None, "language": "en", "max_steps": None, "faithful": False}
+
+
+def check_common(record):
+    assert record["glamrl_version"] == metadata.version("glamrl")
+    assert record["git_commit"] is None or re.fullmatch(r"[0-9a-f]{40}", record["git_commit"])
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("prov") / "run"
+    train(load_train_config(None, TINY), directory, progress=False, say=lambda _: None)
+    return directory
+
+
+def test_a_training_run_saves_its_evaluations_with_their_provenance(run):
+    before = json.loads((run / "eval_before.json").read_text())
+    after = json.loads((run / "eval_after.json").read_text())
+    for saved, checkpoint in ((before, {"update": 0, "frames": 0}), (after, {"update": 2, "frames": 16})):
+        record = saved["provenance"]
+        assert 0 <= saved["success_rate"] <= 1 and saved["episodes"] == 2
+        assert record["checkpoint"] == checkpoint
+        assert (record["run_dir"], record["model"], record["agent"]) == (str(run.resolve()), "tiny-llama", "llm")
+        assert record["episode_seeds"] == {"first": eval_seed(5), "count": 2}
+        assert (record["level"], record["num_envs"], record["greedy"]) == (LEVEL, 2, False)
+        check_common(record)
+
+
+def test_eval_of_a_run_records_its_checkpoint(run, tmp_path):
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--run", str(run), "--episodes", "2", "--num-envs", "2", "--seed", "7", "--greedy",
+                 "--device", "cpu", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())["provenance"]
+    assert record["checkpoint"] == {"update": 2, "frames": 16}
+    assert (record["run_dir"], record["model"], record["greedy"]) == (str(run.resolve()), "tiny-llama", True)
+    assert record["episode_seeds"] == {"first": eval_seed(7), "count": 2}
+
+
+def test_eval_and_suite_of_a_fresh_agent_record_level_seeds_and_version(tmp_path):
+    assert main(["eval", "--agent", "random", "--env", "BabyAI-TurnToObject-v0", "--episodes", "3",
+                 "--num-envs", "3", "--seed", "2", "--out", str(tmp_path / "eval.json")]) == 0
+    assert main(["eval", "--agent", "random", "--env", "BabyAI-TurnToObject-v0", "--tests", "no_change",
+                 "--episodes", "3", "--num-envs", "3", "--seed", "2", "--out", str(tmp_path / "suite.json")]) == 0
+    for name in ("eval.json", "suite.json"):
+        record = json.loads((tmp_path / name).read_text())["provenance"]
+        assert (record["run_dir"], record["model"], record["checkpoint"], record["agent"]) == (None, None, None,
+                                                                                               "random")
+        assert record["episode_seeds"] == {"first": eval_seed(2), "count": 3}
+        assert (record["level"], record["num_envs"], record["greedy"]) == (LEVEL, 3, False)
+        check_common(record)
+
+
+def test_git_commit_is_none_outside_a_checkout_or_without_git(tmp_path, monkeypatch):
+    prov.git_commit.cache_clear()
+    try:
+        monkeypatch.setattr(prov, "PACKAGE_ROOT", tmp_path)  # not a git checkout
+        assert prov.git_commit() is None
+        prov.git_commit.cache_clear()
+        monkeypatch.setenv("PATH", str(tmp_path))  # no git at all
+        assert prov.git_commit() is None
+    finally:
+        prov.git_commit.cache_clear()
