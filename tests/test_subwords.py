@@ -1,16 +1,13 @@
 """DRRN's subword model: the shipped file is what a rebuild writes, BabyAI-Text reads one piece per word,
 every word of the generalisation suite reads pieces of its own, and cuts keep whole words."""
 
-import numpy as np
 import pytest
 
-from glamrl.envs import make_env
-from glamrl.envs.actions import FRENCH_ACTION_NAMES, SYNONYM_ACTION_NAMES, action_names
+from glamrl.envs.actions import FRENCH_ACTION_NAMES, SYNONYM_ACTION_NAMES
 from glamrl.envs.subwords import (ALPHABET, SUBWORDS_FILE, WORD_START, build_subwords, encode_subwords, main,
-                                  subword_ids, subword_tokenizer)
+                                  random_play_prompts, subword_ids, subword_tokenizer)
 from glamrl.envs.vocabulary import PAD, UNK, word_ids
 from glamrl.eval.suite import TESTS
-from glamrl.prompts import PromptHistory
 
 
 def suite_words() -> dict[str, set[str]]:
@@ -26,20 +23,7 @@ def suite_words() -> dict[str, set[str]]:
 
 def random_prompts(level: str, language: str, episodes: int, seed: int) -> list[str]:
     """GLAM's prompts along random play, on other episodes than the model's corpus."""
-    env, names, rng = make_env(level, language=language), action_names(language), np.random.default_rng(seed)
-    prompts = []
-    for episode in range(episodes):
-        history = PromptHistory(3)
-        obs, _ = env.reset(seed=seed + episode)
-        for _ in range(20):
-            prompts.append(history.prompt(names, obs["mission"], obs["descriptions"], language))
-            action = int(rng.integers(len(names)))
-            history.record(obs["descriptions"], names[action])
-            obs, _, terminated, truncated, _ = env.step(action)
-            if terminated or truncated:
-                break
-    env.close()
-    return prompts
+    return list(random_play_prompts(level, language, episodes, 20, seed))
 
 
 def test_the_shipped_model_is_what_a_rebuild_writes(capsys):

@@ -83,27 +83,35 @@ def _pipeline() -> Tokenizer:
     return tokenizer
 
 
-def corpus_texts() -> Iterator[str]:
-    """GLAM's prompts along seeded random play of `CORPUS_LEVELS`, in English and French."""
+def random_play_prompts(level: str, language: str, episodes: int, steps: int, seed: int = 0) -> Iterator[str]:
+    """GLAM's prompts (3 observations) along seeded random play of `level`: episodes seed, seed + 1, ..., each cut
+    after `steps` steps."""
     from glamrl.config import PromptConfig
     from glamrl.envs.actions import action_names
     from glamrl.envs.factory import make_env
     from glamrl.prompts import PromptHistory
 
+    env, names, rng = make_env(level, language=language), action_names(language), np.random.default_rng(seed)
+    try:
+        for episode in range(episodes):
+            history = PromptHistory(PromptConfig.nbr_obs)
+            obs, _ = env.reset(seed=seed + episode)
+            for _ in range(steps):
+                yield history.prompt(names, obs["mission"], obs["descriptions"], language)
+                action = int(rng.integers(len(names)))
+                history.record(obs["descriptions"], names[action])
+                obs, _, terminated, truncated, _ = env.step(action)
+                if terminated or truncated:
+                    break
+    finally:
+        env.close()
+
+
+def corpus_texts() -> Iterator[str]:
+    """GLAM's prompts along seeded random play of `CORPUS_LEVELS`, in English and French."""
     for level in CORPUS_LEVELS:
         for language in ("en", "fr"):
-            env, names, rng = make_env(level, language=language), action_names(language), np.random.default_rng(0)
-            for episode in range(CORPUS_EPISODES):
-                history = PromptHistory(PromptConfig.nbr_obs)
-                obs, _ = env.reset(seed=episode)
-                for _ in range(CORPUS_STEPS):
-                    yield history.prompt(names, obs["mission"], obs["descriptions"], language)
-                    action = int(rng.integers(len(names)))
-                    history.record(obs["descriptions"], names[action])
-                    obs, _, terminated, truncated, _ = env.step(action)
-                    if terminated or truncated:
-                        break
-            env.close()
+            yield from random_play_prompts(level, language, CORPUS_EPISODES, CORPUS_STEPS)
 
 
 def build_subwords() -> Tokenizer:
