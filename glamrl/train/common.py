@@ -39,7 +39,7 @@ from glamrl.rollout import eval_seed, run_episodes, summarize
 from glamrl.run import checkpoint
 from glamrl.run.checkpoint import Checkpoint, Progress, rng_state, seed_everything, set_rng_state
 from glamrl.run.dir import RunDir
-from glamrl.run.log import RunLogger
+from glamrl.run.log import RunLogger, read_log
 
 if TYPE_CHECKING:
     from glamrl.llm.compiled import CompiledBlocks
@@ -177,13 +177,22 @@ def open_session(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str, pr
     if not distributed.current().is_main:
         progress, say = False, lambda _: None
     run = RunDir(run_dir)
-    state = distributed.from_main(lambda: run.load_checkpoint() if resume else None)
+    state = distributed.from_main(lambda: resumed_state(run) if resume else None)
     if state is not None and state.trainer != trainer:
         raise TrainerMismatchError(
             f"{run} was trained by {state.trainer}, not {trainer}: start a new run from it "
             f"with agent.init_from={run} and another --run-dir")
     seed_everything(cfg.env.seed)  # the same initial weights on every rank
     return Session(cfg, run, trainer, state, say, progress)
+
+
+def resumed_state(run: RunDir) -> Checkpoint | None:
+    """The run's last checkpoint, once its log reads whole: a damaged log stops the resume here, before anything
+    of the run (config.yaml, its history) is rewritten."""
+    state = run.load_checkpoint()
+    if state is not None and run.log.exists():
+        read_log(run.path)
+    return state
 
 
 def report_success(cfg: TrainConfig, model: torch.nn.Module, when: str, say: Callable[[str], None],
