@@ -8,7 +8,8 @@ Every file glamrl writes whole (checkpoints, config.yaml, log.csv rewrites, demo
 results, tables, plots, GIFs, exports) goes through `atomic_output`: the output is written
 under `.NAME.tmp-PID-NS`, flushed to disk, and renamed over NAME, so NAME is either the old
 file or the complete new one, never a partial one. A temporary is removed when its block
-fails, and the next write of NAME removes those left by processes that were killed.
+fails; those left by processes that were killed are removed by the next write of NAME, and a run's
+temporaries also when its directory is next locked (a killed run's last write may have no successor).
 A full disk, a file-size limit or a permission error inside the block (including torch's
 and safetensors' versions of them) becomes a `WriteError` naming the file.
 """
@@ -94,13 +95,21 @@ def _pid_alive(pid: int) -> bool:
 
 def remove_stale_temps(path: Path) -> None:
     """Delete the temporaries of `path` whose writer process is gone (killed in the middle of a write)."""
-    parent = path.parent
-    if not parent.is_dir():
+    remove_stale_temps_in(path.parent, only_of=path.name)
+
+
+def remove_stale_temps_in(directory: Path, only_of: str | None = None) -> None:
+    """Delete the temporaries in `directory` (of the output named `only_of`, or of any) whose writer is gone."""
+    if not directory.is_dir():
         return
-    for entry in parent.iterdir():
-        if not is_temp_of(entry.name, path.name):
+    for entry in directory.iterdir():
+        name = entry.name
+        if not name.startswith("."):
             continue
-        pid = entry.name.rsplit("-", 2)[-2]
+        final = name[1:].rsplit(".", 1)[0]  # ".NAME.KIND-PID-NS" -> "NAME"
+        if (only_of is not None and final != only_of) or not is_temp_of(name, final):
+            continue
+        pid = name.rsplit("-", 2)[-2]
         if pid.isdigit() and not _pid_alive(int(pid)):
             remove(entry)
 

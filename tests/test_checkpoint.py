@@ -166,3 +166,20 @@ def test_one_schema_reads_the_checkpoints_every_loop_wrote(tmp_path):
     _assert_equal(run.load_checkpoint().to_dict(), ppo)
     with pytest.raises(ValueError, match="common keys"):
         Checkpoint("ppo", Progress(), weights, {}, {}, None, extra={"update": 1})
+
+
+def test_locking_a_run_removes_the_temporaries_its_killed_writers_left(tmp_path):
+    """A writer killed inside its last checkpoint write leaves a temporary no later save would replace."""
+    run = RunDir(tmp_path / "run")
+    save_checkpoint(run, _trained_state())
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    left = [run.checkpoints / f".backup.pt.tmp-{dead_pid}-1", run.path / f".log.csv.tmp-{dead_pid}-2",
+            run.checkpoints / f".last.pt.tmp-{dead_pid}-3"]
+    live = run.checkpoints / f".last.pt.tmp-{os.getpid()}-4"  # a writer still running keeps its temporary
+    for path in [*left, live]:
+        path.write_bytes(b"partial")
+    with run.lock():
+        assert [p for p in left if p.exists()] == []
+        assert live.exists()
+    assert load_checkpoint(run)["update"] == 3

@@ -29,7 +29,8 @@ The rules that keep them safe, applied by every command:
 The lock is an `fcntl.flock` on `RUN_DIR/.lock`: the kernel drops it when the holder
 dies, so a `kill -9` never leaves a stale lock behind. It is re-entrant within one
 process. Readers (`glamrl eval --run`, `glamrl export`) take no lock. A start that fails
-before its config.yaml is written removes the lock file (and the directory) it created.
+before its config.yaml is written removes the lock file (and the directory) it created. Taking the
+lock removes the temporaries that killed writers left in the run directory and its checkpoints/.
 
 This module imports neither torch nor numpy (commands that only check paths import it): `RunDir`'s
 checkpoint and log methods import `glamrl.run.checkpoint` and `glamrl.run.log` when called.
@@ -55,7 +56,7 @@ import yaml
 from glamrl.config import (RESOLVED, RESUMABLE, ConfigError, Resolved, TrainConfig, apply_overrides, changed_fields,
                            config_hash, flatten, from_dict, identity_changes, load_yaml, without_resolved)
 from glamrl.errors import GlamrlError
-from glamrl.files import check_writable_dir, is_temp_of, remove, write_text
+from glamrl.files import check_writable_dir, is_temp_of, remove, remove_stale_temps_in, write_text
 
 if TYPE_CHECKING:
     from glamrl.run.checkpoint import Checkpoint
@@ -249,6 +250,8 @@ class RunDir:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             _held[key] = 1
+            for folder in (self.path, self.checkpoints):  # a killed holder's last write may have no successor
+                remove_stale_temps_in(folder)
             yield
         finally:
             _held.pop(key, None)
