@@ -41,7 +41,7 @@ from glamrl.eval.demos import record_demos, write_demos
 from glamrl.eval.plot import plot_runs
 from glamrl.rollout import eval_seed, evaluate, format_table, step
 from glamrl.run.dir import run_lock
-from glamrl.train.ppo import train
+from glamrl.train.ppo import train_ppo
 from glamrl.train.drrn import train_drrn
 
 RUNS = Path("runs")
@@ -78,7 +78,7 @@ def bench_symbolic(args: argparse.Namespace) -> dict[str, Any]:
     name = Path(args.symbolic_config).stem
     limit = [f"run.max_minutes={args.minutes}"] if args.minutes else []
     run_dir, timing = timed_training(name, args.symbolic_config, [f"ppo.total_frames={args.symbolic_frames}",
-                                                                  "run.eval_episodes=0", *limit], train)
+                                                                  "run.eval_episodes=0", *limit], train_ppo)
     curve = plot_runs([run_dir], args.figures / f"baseline_{name}.png", metrics=("success_rate", "entropy"))
     return {**timing, "curve": str(curve), **evaluate_run(run_dir, args.eval_episodes)}
 
@@ -130,7 +130,7 @@ def bench_speed(args: argparse.Namespace) -> dict[str, Any]:
             obs = s.next_obs
         results[f"{name}_collect_fps"] = steps * envs.num_envs / (time.process_time() - start)
         start = time.process_time()
-        result = train(cfg, RUNS / f"bench-speed-{name}", progress=False)
+        result = train_ppo(cfg, RUNS / f"bench-speed-{name}", progress=False)
         results[f"{name}_train_fps"] = result.frames / (time.process_time() - start)
     return results
 

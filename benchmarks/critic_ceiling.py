@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from glamrl.agents.factory import AgentKindError, make_agent, restore_model
+from glamrl.agents.factory import make_agent, restore_model
+from glamrl.agents.registry import AgentKindError
 from glamrl.errors import GlamrlError
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.value_norm import ValueNormalizer

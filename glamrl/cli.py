@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from glamrl.config import AGENT_KINDS, EnvConfig, ModelConfig
+from glamrl.agents.registry import AgentKindError, agent_kind, kind_names, kinds_where, load
+from glamrl.config import EnvConfig, ModelConfig
 from glamrl.errors import GlamrlError
 from glamrl.files import disk_failure
 from glamrl.run.dir import RunDir, check_output
@@ -31,6 +32,7 @@ EXAMPLES = """examples:
   glamrl bc --data demos.jsonl --config configs/bc.yaml --run-dir runs/bc
   glamrl train --config configs/turn_to_object.yaml agent.init_from=runs/bc
   glamrl plot runs/quick runs/other --out curves.png
+  glamrl plot runs/quick --metrics success_rate,entropy --smooth 10
   glamrl eval --suite paper --agent bot --episodes 50 --out suite/bot.json
   glamrl results suite/ --out tables/
   glamrl play --agent llm --run runs/quick --env BabyAI-TurnToObject-v0 --seed 3 --out episode.gif
@@ -56,6 +58,14 @@ def int_at_least(minimum: int):
 
 
 positive_int, non_negative_int = int_at_least(1), int_at_least(0)
+
+
+def name_list(text: str) -> tuple[str, ...]:
+    """An argparse type: comma-separated names, none of them empty."""
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected names separated by commas, got {text!r}")
+    return names
 
 
 class FlagError(GlamrlError, ValueError):
@@ -92,15 +102,17 @@ def agent_spec(args: argparse.Namespace, default_kind: str | None = None) -> Age
     kind = args.agent if args.agent is not None or args.run is not None else default_kind
     if args.run is not None:
         refuse(args, ("model", "dtype"), f"with --run: the run's model is the one in {args.run}")
-    elif kind in ("random", "bot"):
-        refuse(args, ("model", "dtype", "device", "greedy"), f"to --agent {kind}: only to llm agents")
+    elif kind is not None and not agent_kind(kind).trains:
+        refuse(args, ("model", "dtype", "device", "greedy"),
+               f"to --agent {kind}, which has no network: only to {', '.join(kinds_where(lambda k: k.zero_shot))} "
+               f"agents")
     given = {key: getattr(args, key) for key in ("model", "dtype", "device") if getattr(args, key) is not None}
     return AgentSpec(kind=kind, run=args.run, greedy=args.greedy, **given)
 
 
 def add_agent_args(parser: argparse.ArgumentParser) -> None:
     """The agent to run, fresh (`--agent`, `--model`) or trained (`--run`): shared by eval, play and demos."""
-    parser.add_argument("--agent", choices=AGENT_KINDS, default=None,
+    parser.add_argument("--agent", choices=kind_names(), default=None,
                         help="agent kind (with --run: checked against the run's; default: the run's)")
     parser.add_argument("--model", default=None,
                         help=f"llm agent: model name or path (a `glamrl export` dir too; default {ModelConfig.name})")
@@ -145,9 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--no-progress", action="store_true")
     bc.add_argument("overrides", nargs="*", help="dotted overrides, e.g. bc.lr=1e-4 model.lora=true")
 
-    pl = sub.add_parser("plot", help="PNG of success rate and return against frames")
+    pl = sub.add_parser("plot", help="PNG of log.csv's metrics (success rate and return) against frames")
     pl.add_argument("runs", nargs="+", type=Path)
     pl.add_argument("--out", type=Path, default=Path("curves.png"))
+    pl.add_argument("--metrics", type=name_list, default=None,
+                    help="log.csv columns to draw, comma-separated, one subplot each (default: "
+                         "success_rate,return_mean; docs/reference/metrics.md lists them)")
+    pl.add_argument("--smooth", type=positive_int, default=None,
+                    help="draw each run's moving average over this many rows (default: 1, as logged)")
     pl.add_argument("--probes", action="store_true", help="draw the run's probes.csv (pi(a | probe)) instead")
     pl.add_argument("--overwrite", action="store_true", help="replace an --out that glamrl did not write")
 
@@ -384,7 +401,6 @@ def cmd_demos(args: argparse.Namespace) -> None:
 
 def cmd_bc(args: argparse.Namespace) -> None:
     from glamrl.config import load_train_config
-    from glamrl.eval.plot import plot_runs
     from glamrl.train.bc import train_bc
 
     cfg = load_train_config(args.config, args.overrides) if args.config else None
@@ -392,8 +408,7 @@ def cmd_bc(args: argparse.Namespace) -> None:
     with run.lock():
         cfg, resume = run.resolve_config(cfg, args.overrides, command=f"glamrl bc --data {args.data}")
         result = train_bc(cfg, args.data, run.path, resume=resume, progress=not args.no_progress)
-    png = plot_runs([run.path], run.curves, metrics=("loss",))
-    print(f"cloned for {result.updates} steps ({result.frames} records); logs, checkpoints and {png.name} "
+    print(f"cloned for {result.updates} steps ({result.frames} records); logs, checkpoints and {run.curves.name} "
           f"in {args.run_dir}")
 
 
@@ -411,10 +426,7 @@ def train_run(args: argparse.Namespace, cfg: TrainConfig | None = None) -> Path:
     """Train (or resume) the run that `args` names, `cfg` in place of --config and its overrides where given
     (`glamrl.api.train`); returns the run directory."""
     from glamrl.config import ConfigError, load_train_config
-    from glamrl.eval.plot import plot_runs
     from glamrl.parallel import distributed
-    from glamrl.train.drrn import train_drrn
-    from glamrl.train.ppo import train
 
     ranks = distributed.current()
     if cfg is None and args.config:
@@ -428,12 +440,15 @@ def train_run(args: argparse.Namespace, cfg: TrainConfig | None = None) -> Path:
             return run.resolve_config(cfg, args.overrides, overwrite=args.overwrite)
 
         cfg, resume = distributed.from_main(claim)
-        loop = train_drrn if cfg.agent.kind == "drrn" else train  # off-policy DRRN; llm and symbolic: PPO
-        result = loop(cfg, run.path, resume=resume, progress=not args.no_progress)
+        trainer = agent_kind(cfg.agent.kind).trainer  # ppo (llm, symbolic), drrn, ...: the registry's
+        if trainer is None:
+            raise AgentKindError(f"agent.kind={cfg.agent.kind} is evaluated, not trained: "
+                                 f"glamrl eval --agent {cfg.agent.kind}")
+        result = load(trainer.loop)(cfg, run.path, resume=resume, progress=not args.no_progress)
         if not ranks.is_main:
             return run.path
-        png = plot_runs([run.path], run.curves)
-    print(f"trained {result.updates} updates, {result.frames} frames; logs, checkpoints and {png.name} in {run}")
+    print(f"trained {result.updates} updates, {result.frames} frames; logs, checkpoints and {run.curves.name} "
+          f"in {run}")
     if result.success_before is not None and result.success_after is not None:
         print(f"success rate: {result.success_before:.3f} before -> {result.success_after:.3f} after")
     return run.path
@@ -447,8 +462,10 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
-    from glamrl.eval.plot import SUFFIXES, plot_runs
+    from glamrl.eval.plot import DEFAULT_METRICS, SUFFIXES, plot_runs
 
+    if args.probes:
+        refuse(args, ("metrics", "smooth"), "with --probes, which draws probes.csv, not log.csv")
     if args.probes and len(args.runs) > 1:  # one plot per run, in its directory
         outs = [RunDir(run).probes_plot for run in args.runs]
     else:
@@ -461,7 +478,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
         for run, out in zip(args.runs, outs):
             print(plot_probes(run, out))
         return
-    print(plot_runs(args.runs, args.out))
+    print(plot_runs(args.runs, args.out, metrics=args.metrics or DEFAULT_METRICS, smooth=args.smooth or 1))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from glamrl.agents.registry import KINDS, kind_names
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.errors import GlamrlError
+from glamrl.run.trackers import TRACKERS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -271,20 +273,17 @@ class PPOConfig:
 
 
 # --------------------------------------------------------------------------- agent
-AGENT_KINDS = ("llm", "drrn", "symbolic", "random", "bot")
-"""Every agent kind the factory (glamrl/agents/factory.py) builds."""
-
-
 @dataclass
 class AgentConfig:
     kind: str = "llm"
     """llm (GLAM; NPAE with model.pretrained=false, model.use_action_heads=true), drrn (off-policy
-    Q-learning over action texts), symbolic (BabyAI's PPO baseline on the 7x7x3 grid), random or bot."""
+    Q-learning over action texts), symbolic (BabyAI's PPO baseline on the 7x7x3 grid), random or bot: a kind
+    registered in glamrl/agents/registry.py."""
     init_from: str | None = None
     """a run directory of the same kind whose trained weights start this run (e.g. BC, then PPO)."""
 
     def __post_init__(self) -> None:
-        _check(self.kind in AGENT_KINDS, f"agent.kind must be one of {', '.join(AGENT_KINDS)}, got {self.kind!r}")
+        _check(self.kind in kind_names(), f"agent.kind must be one of {', '.join(kind_names())}, got {self.kind!r}")
 
 
 DRRN_TOKENIZERS = ("subword", "word")
@@ -445,13 +444,22 @@ class RunConfig:
     eval_greedy: bool = False
     """evaluate the argmax action instead of sampling."""
     checkpoint_every: int = 1
-    """save a checkpoint every this many updates (and at the end)."""
+    """save a checkpoint every this many log rows (PPO updates, DRRN rows) and at the end; BC, which saves one at
+    each of its log rows (bc.log_every), refuses it."""
     tensorboard: bool = True
     """also write TensorBoard scalars to RUN_DIR/tb."""
+    tracker: str = "none"
+    """also send the log to an experiment tracker (glamrl/run/trackers.py): none, wandb (Weights & Biases, under its
+    own settings: `wandb login` first, or WANDB_MODE=offline to stay off the network) or trackio (a local store,
+    TRACKIO_DIR). It gets log.csv's scalars under their TensorBoard tags at step frames, config.yaml, and
+    curves.png at the end; one tracker run per invocation, named after the run directory. Needs the extra:
+    pip install 'glamrl[wandb]' or 'glamrl[trackio]'."""
+    tracker_project: str = "glamrl"
+    """the tracker's project that run.tracker logs to."""
     check_replicas: bool = False
-    """under torchrun, verify after every update that all ranks hold bitwise the same weights."""
+    """PPO under torchrun: verify after every update that all ranks hold bitwise the same weights."""
     sharding: str = "none"
-    """how torchrun's K ranks hold the LLM (see glamrl.parallel.sharding). none: DD-PPO, a whole replica per rank,
+    """PPO: how torchrun's K ranks hold the LLM (see glamrl.parallel.sharding). none: DD-PPO, a whole replica per rank,
     16 bytes per parameter (fp32 weights, gradients, two Adam moments) plus activations on every device:
     for models whose training state fits on one device (full fine-tuning up to about 1B parameters on an
     80 GB GPU; LoRA beyond). fsdp: FSDP2, weights, gradients and Adam state split over the ranks, blocks
@@ -461,15 +469,17 @@ class RunConfig:
     model.train_layers (their training state is small: use none). Evaluation alone (glamrl eval)
     needs the weights only, in one process."""
     probes: str | None = None
-    """YAML file of probe prompts (configs/probes/*.yaml): pi(a | probe) is logged to probes.csv at every update."""
+    """PPO: a YAML file of probe prompts (configs/probes/*.yaml): pi(a | probe) is logged to probes.csv at every
+    update."""
     max_minutes: float | None = None
-    """PPO and DRRN: stop cleanly (checkpoint, then the final evaluation) after the first update that ends past
-    this many minutes of the run's training time, summed over every invocation (the checkpoint's `duration`, the
-    log's `duration` column): a resumed run that used it up trains no further; raise it to go on. None: train up
-    to the total frames."""
+    """PPO, DRRN and BC: stop cleanly (checkpoint, then the final evaluation) after the first log row that ends
+    past this many minutes of the run's training time, summed over every invocation (the checkpoint's
+    `duration`, the log's `duration` column): a resumed run that used it up trains no further; raise it to go
+    on. None: train up to the total frames."""
     stop_at_success: float | None = None
-    """PPO: stop cleanly after the first update whose training episodes (all ranks together) reach this success
-    rate (benchmarks/time_to_ground.py). None: train up to ppo.total_frames."""
+    """PPO and DRRN: stop cleanly after the first log row whose training episodes (all ranks together) reach
+    this success rate (benchmarks/time_to_ground.py); BC, which plays no episodes, refuses it. None: train up to
+    the total frames."""
 
     def __post_init__(self) -> None:
         _check(self.eval_episodes >= 0, f"run.eval_episodes must be >= 0 (0 skips evaluation), got {self.eval_episodes}")
@@ -479,6 +489,9 @@ class RunConfig:
         _check(self.stop_at_success is None or 0 < self.stop_at_success <= 1,
                f"run.stop_at_success must be a success rate in (0, 1] (or null), got {self.stop_at_success}")
         _check(self.sharding in ("none", "fsdp"), f"run.sharding must be none or fsdp, got {self.sharding!r}")
+        _check(self.tracker in ("none", *TRACKERS),
+               f"run.tracker must be one of none, {', '.join(TRACKERS)}, got {self.tracker!r}")
+        _check(bool(self.tracker_project), "run.tracker_project must not be empty")
         _check(not (self.sharding == "fsdp" and self.check_replicas),
                "run.check_replicas compares whole replicas, but with run.sharding=fsdp every rank holds another "
                "shard: set run.check_replicas=false")
@@ -497,9 +510,9 @@ class TrainConfig:
     bc: BCConfig = field(default_factory=BCConfig)
 
     def __post_init__(self) -> None:
-        _check(self.ppo.minibatch_size <= self.batch_size,
-               f"ppo.minibatch_size ({self.ppo.minibatch_size}) is larger than the rollout batch "
-               f"env.num_envs x ppo.num_steps = {self.batch_size}; lower it or collect more frames per update")
+        kind = KINDS.get(self.agent.kind)  # an unknown kind is refused by AgentConfig
+        if kind is not None and "ppo" in kind.trainers:  # the rollout batch is PPO's alone
+            self._check_rollout()
         if self.run.sharding == "fsdp":
             _check(self.model.value_head_init == "default",
                    "run.sharding=fsdp shards the value head: model.value_head_init=standardized is not supported there")
@@ -511,6 +524,12 @@ class TrainConfig:
             _check(self.model.batching == "padded",
                    "run.sharding=fsdp needs model.batching=padded: every rank must run the same forward passes "
                    "in the update")
+
+    def _check_rollout(self) -> None:
+        """PPO's rollout batch against its minibatches and the symbolic agent's sequences."""
+        _check(self.ppo.minibatch_size <= self.batch_size,
+               f"ppo.minibatch_size ({self.ppo.minibatch_size}) is larger than the rollout batch "
+               f"env.num_envs x ppo.num_steps = {self.batch_size}; lower it or collect more frames per update")
         R = self.recurrence
         _check(self.ppo.num_steps % R == 0,
                f"symbolic.recurrence ({R}) must divide ppo.num_steps ({self.ppo.num_steps}): each env's rollout is "
@@ -538,8 +557,8 @@ class TrainConfig:
 
 GROWABLE = ("ppo.total_frames", "drrn.total_frames", "bc.epochs", "run.max_minutes", "run.stop_at_success")
 """The caps on how long a run trains: a resume may change them (extend the run)."""
-HOW_RUN = ("run.sharding", "run.check_replicas", "run.tensorboard", "run.checkpoint_every", "run.eval_episodes",
-           "run.eval_greedy")
+HOW_RUN = ("run.sharding", "run.check_replicas", "run.tensorboard", "run.tracker", "run.tracker_project",
+           "run.checkpoint_every", "run.eval_episodes", "run.eval_greedy")
 """How the processes hold, save, report and evaluate a run, not what it learns: a resume may change them too (a
 torchrun FSDP run resumed by one process; a resume evaluates only after training)."""
 RESUMABLE = (*GROWABLE, *HOW_RUN)

@@ -8,15 +8,16 @@ import sys
 import pytest
 
 from glamrl.agents.factory import restore_agent
+from glamrl.agents.registry import AgentKindError
 from glamrl.train.bc import train_bc
 from glamrl.run.checkpoint import load_checkpoint
-from glamrl.config import AgentConfig, load_train_config
+from glamrl.config import AgentConfig, ConfigError, load_train_config
 from glamrl.eval.demos import DemoFileError, read_demos
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.rollout import eval_seed, evaluate
 from glamrl.run.log import read_log
 from glamrl.train.common import TrainerMismatchError, evaluate_policy
-from glamrl.train.ppo import train
+from glamrl.train.ppo import train_ppo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -67,12 +68,29 @@ def test_cloning_a_tiny_llm_beats_random_and_ppo_starts_from_it(demos, tmp_path)
     print(f"random {random_success['success_rate']:.2f}, cloned {cloned['success_rate']:.2f}")
     assert random_success["success_rate"] < 0.3 and cloned["success_rate"] >= 0.8
 
-    ppo = load_train_config(None, [*TINY, f"agent.init_from={run}", "ppo.total_frames=64", "ppo.num_steps=8",
+    not_bc = [o for o in TINY if not o.startswith("bc.")]  # PPO reads no bc.* field: it refuses them
+    ppo = load_train_config(None, [*not_bc, f"agent.init_from={run}", "ppo.total_frames=64", "ppo.num_steps=8",
                                    "ppo.minibatch_size=64", "ppo.lr=1e-9", "run.eval_episodes=100"])
-    after = train(ppo, tmp_path / "ppo", progress=False, say=lambda _: None)
+    after = train_ppo(ppo, tmp_path / "ppo", progress=False, say=lambda _: None)
     assert after.success_before >= 0.8  # PPO's first evaluation already sees the cloned policy
     with pytest.raises(TrainerMismatchError, match=f"trained by bc, not ppo: .*agent.init_from={run}"):
-        train(cfg, run, resume=True, progress=False, say=lambda _: None)  # PPO cannot resume a BC run
+        train_ppo(ppo, run, resume=True, progress=False, say=lambda _: None)  # PPO cannot resume a BC run
+
+
+def test_bc_stops_after_the_row_past_max_minutes_and_refuses_what_it_cannot_honour(demos, tmp_path):
+    run = tmp_path / "bc"
+    result = train_bc(load_train_config(None, [*TINY, "run.max_minutes=1e-6"]), demos, run, progress=False,
+                      say=lambda _: None)  # of 78 steps, the first row's 20 (bc.log_every)
+    assert result.updates == 20 and [r["update"] for r in read_log(run)] == [20]
+    assert load_checkpoint(run)["update"] == 20
+    for unread in ("run.stop_at_success=0.5", "run.checkpoint_every=2", "ppo.lr=0.1"):
+        with pytest.raises(ConfigError, match=f"^{unread}: the bc loop does not read it"):
+            train_bc(load_train_config(None, [*TINY, unread]), demos, tmp_path / "other", progress=False,
+                     say=lambda _: None)
+    assert not (tmp_path / "other").exists()
+    with pytest.raises(AgentKindError, match="the bc loop trains agent kind llm, not 'drrn'"):
+        train_bc(load_train_config(None, ["agent.kind=drrn", "prompt.nbr_obs=1"]), demos, tmp_path / "other",
+                 progress=False, say=lambda _: None)
 
 
 def test_bad_demonstration_files_are_one_clear_error(tmp_path):

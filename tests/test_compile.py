@@ -13,7 +13,7 @@ from glamrl.config import ConfigError, ModelConfig, Resolved, load_train_config
 from glamrl.llm import compiled
 from glamrl.llm.compiled import CompileError
 from glamrl.llm.policy import LLMPolicy
-from glamrl.train.ppo import train
+from glamrl.train.ppo import train_ppo
 
 TINY = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "model.name=tiny-llama", "model.device=cpu",
         "ppo.num_steps=4", "ppo.minibatch_size=4", "ppo.epochs=1", "run.tensorboard=false", "run.eval_episodes=0"]
@@ -74,7 +74,7 @@ def test_auto_keeps_train_layers_on_a_cpu_eager(monkeypatch):
 @pytest.mark.usefixtures("large", "no_cxx")
 def test_auto_without_a_cxx_compiler_runs_eagerly_and_says_so_in_one_line(tmp_path):
     said = []
-    train(load_train_config(None, [*TINY, "ppo.total_frames=8"]), tmp_path / "run", progress=False, say=said.append)
+    train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=8"]), tmp_path / "run", progress=False, say=said.append)
     assert [line for line in said if line.startswith("model.compile")] == [
         f"model.compile: false (auto: {NO_CXX}, so the blocks run eagerly)"]
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["resolved"]["model.compile"] == "false"
@@ -96,7 +96,7 @@ def test_true_without_a_cxx_compiler_stops_in_one_line_before_the_run_directory(
 
 def test_compiled_run_says_its_first_update_s_compile_time_once(tmp_path):
     said = []
-    train(load_train_config(None, [*TINY, "ppo.total_frames=16", "model.compile=true"]), tmp_path / "run",
+    train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=16", "model.compile=true"]), tmp_path / "run",
           progress=False, say=said.append)
     lines = [line for line in said if line.startswith("model.compile")]
     assert lines[0] == "model.compile: true (model.compile=true)"

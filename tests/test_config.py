@@ -71,3 +71,11 @@ def test_every_config_field_has_a_help_text():
 
     missing = [f.key for f in field_help() if not f.help]
     assert not missing, f"fields without a docstring under them in glamrl/config.py: {missing}"
+
+
+def test_rollout_batch_checks_apply_to_kinds_ppo_trains_only():
+    """PPO's minibatch must fit its rollout; DRRN collects no rollout, so its configs are not held to that."""
+    drrn = load_train_config("configs/drrn.yaml", ["env.num_envs=1"])
+    assert drrn.ppo.minibatch_size > drrn.batch_size  # PPO's defaults, unread by the DRRN loop
+    with pytest.raises(ConfigError, match="larger than the rollout batch"):
+        load_train_config("configs/goto_cpu.yaml", ["env.num_envs=1", "ppo.num_steps=4"])

@@ -10,7 +10,7 @@ import torch
 
 from glamrl.agents.drrn import DRRNAgent, DRRNetwork, Exploration
 from glamrl.run.checkpoint import load_checkpoint
-from glamrl.config import AgentConfig, DRRNConfig, load_train_config
+from glamrl.config import AgentConfig, ConfigError, DRRNConfig, load_train_config
 from glamrl.envs import make_vector_env
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.envs.vocabulary import PAD, UNK, VOCABULARY, encode_texts, word_ids
@@ -19,6 +19,7 @@ from glamrl.rl.dqn import double_q_loss, linear_epsilon
 from glamrl.rl.replay import ReplayMemory
 from glamrl.rollout import step
 from glamrl.run.log import read_log
+from glamrl.run.metrics import LOG_METRICS
 from glamrl.train.common import evaluate_policy
 from glamrl.train.drrn import train_drrn
 
@@ -117,6 +118,8 @@ def test_drrn_learns_to_turn_towards_the_object_and_beats_random_on_the_same_see
     rows = read_log(tmp_path / "run")
     assert [r["update"] for r in rows] == [1, 2, 3, 4] and rows[-1]["frames"] == 1600
     assert rows[-1]["loss"] >= 0 and rows[0]["success_rate"] < rows[-1]["success_rate"]
+    assert rows[-1]["q_mean"] > 0 and 0 <= rows[-1]["epsilon"] <= 1  # DRRN's own columns reach log.csv
+    assert set(rows[0]) <= set(LOG_METRICS)  # and each is documented
 
 
 def test_drrn_resume_continues_with_its_replay_memory(tmp_path):
@@ -132,6 +135,39 @@ def test_drrn_resume_continues_with_its_replay_memory(tmp_path):
                         progress=False, say=lambda _: None)
     assert result.updates == 2 and load_checkpoint(run)["replay"]["size"] == 320
     assert [r["update"] for r in read_log(run)] == [1, 2]
+
+
+UNTRAINED = ["agent.kind=drrn", "env.id=BabyAI-TurnToObject-v0", "env.num_envs=8", "drrn.embedding_dim=8",
+             "drrn.hidden_size=8", "drrn.learning_starts=10000", "drrn.max_tokens=64", "drrn.log_every=32",
+             "drrn.total_frames=640", "run.tensorboard=false"]  # no gradient step: a row of 32 one-step episodes
+
+
+def test_drrn_stops_after_the_row_past_max_minutes_with_a_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    result = train_drrn(load_train_config(None, [*UNTRAINED, "run.max_minutes=1e-6"]), run, progress=False,
+                        say=lambda _: None)
+    assert result.frames == 32 and [r["frames"] for r in read_log(run)] == [32] and load_checkpoint(run)["update"] == 1
+    again = train_drrn(load_train_config(None, [*UNTRAINED, "run.max_minutes=1e-6"]), run, resume=True,
+                       progress=False, say=lambda _: None)
+    assert again.frames == 32 and len(read_log(run)) == 1  # the time used up: a resume trains no further
+
+
+def test_drrn_stops_after_the_first_row_that_reaches_stop_at_success(tmp_path):
+    # seed 1, untrained (softmax over near-equal Q): rows of 0.06 to 0.19 success, then 0.22 at row 11
+    run = tmp_path / "run"
+    result = train_drrn(load_train_config(None, [*UNTRAINED, "run.stop_at_success=0.2"]), run, progress=False,
+                        say=lambda _: None)
+    rows = read_log(run)
+    assert rows[-1]["success_rate"] >= 0.2 and all(r["success_rate"] < 0.2 for r in rows[:-1])
+    assert result.frames == rows[-1]["frames"] < 640 and load_checkpoint(run)["frames"] == result.frames
+
+
+def test_drrn_refuses_what_only_ppo_reads_in_one_line(tmp_path):
+    for unread in ("run.probes=configs/probes/glam.yaml", "ppo.lr=0.1", "model.name=tiny-llama"):
+        with pytest.raises(ConfigError, match=f"^{unread}: the drrn loop does not read it"):
+            train_drrn(load_train_config(None, [*UNTRAINED, unread]), tmp_path / "run", progress=False,
+                       say=lambda _: None)
+    assert not (tmp_path / "run").exists()
 
 
 def test_encoded_texts_keep_the_head_whole_and_cut_the_oldest_words():

@@ -82,7 +82,7 @@ def test_a_suite_test_does_not_depend_on_its_place():
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A tiny llm run on LEVEL with a 3-step limit."""
-    from glamrl.train.ppo import train
+    from glamrl.train.ppo import train_ppo
 
     torch.set_num_threads(1)
     run = tmp_path_factory.mktemp("replay") / "run"
@@ -90,7 +90,7 @@ def run(tmp_path_factory):
                                    "model.device=cpu", "ppo.total_frames=8", "ppo.num_steps=2",
                                    "ppo.minibatch_size=4", "ppo.epochs=1", "run.eval_episodes=0",
                                    "run.tensorboard=false"])
-    train(cfg, run, progress=False, say=lambda _: None)
+    train_ppo(cfg, run, progress=False, say=lambda _: None)
     return run
 
 

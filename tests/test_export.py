@@ -20,7 +20,7 @@ from glamrl.llm.exported import HEADS_FILE, MANIFEST_FILE, read_manifest
 from glamrl.llm.policy import LLMPolicy, PolicyStateError
 from glamrl.prompts import PromptHistory
 from glamrl.run.dir import RunDir
-from glamrl.train.ppo import train
+from glamrl.train.ppo import train_ppo
 
 TINY = [
     "env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "env.seed=3", "model.device=cpu",
@@ -128,7 +128,7 @@ def exported(tmp_path_factory):
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("export")
     for name, overrides in RUNS.items():
-        train(load_train_config(None, [*TINY, *overrides]), root / name, progress=False, say=lambda _: None)
+        train_ppo(load_train_config(None, [*TINY, *overrides]), root / name, progress=False, say=lambda _: None)
     dirs = {}
     for name, (run, merge) in EXPORTS.items():
         if name == "llama-lora":  # once through the command line
@@ -218,7 +218,7 @@ def test_a_run_continues_from_an_export(exported, tmp_path):
     policy = LLMPolicy(cfg.model)
     heads = load_file(out / HEADS_FILE)
     assert torch.equal(policy.value_head.mlp[0].weight, heads["value_head.mlp.0.weight"])
-    result = train(cfg, tmp_path / "continued", progress=False, say=lambda _: None)
+    result = train_ppo(cfg, tmp_path / "continued", progress=False, say=lambda _: None)
     assert result.updates == 2 and (tmp_path / "continued" / "checkpoints" / "last.pt").exists()
 
 
@@ -269,7 +269,7 @@ def test_export_errors_are_one_line_before_any_write(exported, tmp_path, capsys,
 def test_npae_action_heads_travel_with_the_export(tmp_path):
     npae = ["model.name=tiny-llama", "model.pretrained=false", "model.use_action_heads=true"]
     cfg = load_train_config(None, [*(o for o in TINY if not o.startswith("ppo.total_frames")), *npae, "ppo.total_frames=16"])
-    train(cfg, tmp_path / "run", progress=False, say=lambda _: None)
+    train_ppo(cfg, tmp_path / "run", progress=False, say=lambda _: None)
     export_run(tmp_path / "run", tmp_path / "out")
     assert "action_heads.mlp.4.weight" in load_file(tmp_path / "out" / HEADS_FILE)
     prompts = some_prompts(cfg.prompt.actions, nbr_obs=2)

@@ -6,10 +6,11 @@ import sys
 import pytest
 import torch
 
-from glamrl.agents.factory import AgentKindError, make_model, read_run
+from glamrl.agents.factory import make_model, read_run
+from glamrl.agents.registry import AgentKindError
 from glamrl.cli import main
 from glamrl.config import ConfigError, load_train_config
-from glamrl.train.ppo import train
+from glamrl.train.ppo import train_ppo
 from glamrl.train.drrn import train_drrn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -47,7 +48,7 @@ def test_npae_trains_and_glamrl_eval_restores_it_from_the_run(tmp_path):
     run = tmp_path / "npae"
     cfg = load_train_config("configs/npae.yaml", [*TINY_ENV, "model.name=tiny-llama", "model.device=cpu",
                                                   "ppo.total_frames=32", "ppo.num_steps=8", "ppo.minibatch_size=16"])
-    train(cfg, run, progress=False, say=lambda _: None)
+    train_ppo(cfg, run, progress=False, say=lambda _: None)
     weights = read_run(run, "llm")[1].policy
     assert any(k.startswith("action_heads.") for k in weights)
     done = glamrl("eval", "--run", str(run), "--env", "BabyAI-TurnToObject-v0", "--episodes", "4", "--num-envs", "2")

@@ -74,7 +74,7 @@ def test_standardized_value_head_reads_its_inputs_standardised_per_feature():
 def test_value_head_init_standardized_in_a_training_run(tmp_path):
     from glamrl.run.checkpoint import load_checkpoint
     from glamrl.config import load_train_config
-    from glamrl.train.ppo import train
+    from glamrl.train.ppo import train_ppo
 
     torch.set_num_threads(1)
     cfg = load_train_config(None, ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "model.name=tiny-llama",
@@ -83,6 +83,6 @@ def test_value_head_init_standardized_in_a_training_run(tmp_path):
                                    "run.tensorboard=false", "model.value_head_init=standardized"])  # 2 updates
     torch.manual_seed(cfg.env.seed)
     fresh = LLMPolicy(cfg.model).value_head.mlp[0].weight
-    train(cfg, tmp_path / "run", progress=False, say=lambda _: None)
+    train_ppo(cfg, tmp_path / "run", progress=False, say=lambda _: None)
     trained = load_checkpoint(tmp_path / "run")["policy"]["value_head.mlp.0.weight"]
     assert trained.abs().mean() > 3 * fresh.abs().mean()  # rescaled by 1 / (per-feature std) after rollout 1

@@ -12,7 +12,7 @@ from glamrl.envs.actions import ACTION_NAMES
 from glamrl.llm import precision
 from glamrl.llm.policy import LLMPolicy
 from glamrl.llm.precision import Hardware, auto_compute_dtype, choose_compute_dtype, cpu_flags
-from glamrl.train.ppo import train
+from glamrl.train.ppo import train_ppo
 
 REAL_FACTS = precision.hardware_facts  # before conftest's no_fast_bf16 replaces it in each test
 AVX2 = {"fpu", "sse2", "avx", "avx2", "fma"}  # the AMD EPYC this project's machines often are
@@ -74,7 +74,7 @@ TINY = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "model.name=tiny-llam
 @pytest.mark.usefixtures("one_thread")
 def test_auto_on_a_cpu_without_fast_bf16_runs_float32_says_so_records_it_and_resumes(tmp_path):
     run, said = tmp_path / "run", []
-    train(load_train_config(None, [*TINY, "ppo.total_frames=8"]), run, progress=False, say=said.append)
+    train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=8"]), run, progress=False, say=said.append)
     assert "model.compute_dtype: float32 (auto: CPU without amx_bf16 or avx512_bf16)" in said
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["model"]["compute_dtype"] == "auto"  # the setting, as given
@@ -82,7 +82,7 @@ def test_auto_on_a_cpu_without_fast_bf16_runs_float32_says_so_records_it_and_res
                                  "model.gradient_checkpointing": "true"}
     assert RunDir(run).read_config().model.compute_dtype == "auto"
 
-    result = train(load_train_config(run / "config.yaml", ["ppo.total_frames=16"]), run, resume=True,
+    result = train_ppo(load_train_config(run / "config.yaml", ["ppo.total_frames=16"]), run, resume=True,
                    progress=False, say=said.append)
     assert result.updates == 2
 

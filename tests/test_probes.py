@@ -10,7 +10,7 @@ from glamrl.cli import main
 from glamrl.config import load_train_config
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.eval.probes import ProbeError, load_probes
-from glamrl.train.ppo import train
+from glamrl.train.ppo import train_ppo
 
 PROBES = "configs/probes/turn_to_object.yaml"
 TINY = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "model.name=tiny-llama", "model.device=cpu",
@@ -44,7 +44,7 @@ def test_probe_file_errors_name_the_file(tmp_path):
 def test_run_logs_probes_every_update_and_resume_cuts_them(tmp_path):
     torch.set_num_threads(1)
     run = tmp_path / "run"
-    train(load_train_config(None, [*TINY, "ppo.total_frames=16"]), run, progress=False, say=lambda _: None)
+    train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=16"]), run, progress=False, say=lambda _: None)
     rows = read_rows(run)
     assert sorted({int(r["update"]) for r in rows}) == [0, 1, 2]
     probs = defaultdict(float)
@@ -57,7 +57,7 @@ def test_run_logs_probes_every_update_and_resume_cuts_them(tmp_path):
 
     csv_path = run / "probes.csv"
     csv_path.write_text(csv_path.read_text() + "3,24,ghost,turn left,1.0\n")  # a row of an update killed midway
-    train(load_train_config(None, [*TINY, "ppo.total_frames=32"]), run, resume=True, progress=False,
+    train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=32"]), run, resume=True, progress=False,
           say=lambda _: None)
     updates = [int(r["update"]) for r in read_rows(run)]
     assert sorted(set(updates)) == [0, 1, 2, 3, 4] and updates.count(3) == 4 * len(ACTION_NAMES)

@@ -10,7 +10,7 @@ from glamrl.cli import main
 from glamrl.config import load_train_config
 from glamrl.eval import provenance as prov
 from glamrl.rollout import eval_seed
-from glamrl.train.ppo import train
+from glamrl.train.ppo import train_ppo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -28,7 +28,7 @@ def check_common(record):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     directory = tmp_path_factory.mktemp("prov") / "run"
-    train(load_train_config(None, TINY), directory, progress=False, say=lambda _: None)
+    train_ppo(load_train_config(None, TINY), directory, progress=False, say=lambda _: None)
     return directory
 
 

@@ -182,7 +182,7 @@ def test_value_lr_gives_the_value_head_its_own_group_and_value_norm_resumes(tmp_
     from glamrl.run.checkpoint import load_checkpoint
     from glamrl.config import load_train_config
     from glamrl.llm.policy import LLMPolicy
-    from glamrl.train.ppo import parameter_groups, train
+    from glamrl.train.ppo import parameter_groups, train_ppo
 
     torch.set_num_threads(1)
     policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"))
@@ -197,9 +197,9 @@ def test_value_lr_gives_the_value_head_its_own_group_and_value_norm_resumes(tmp_
             "ppo.value_norm=true", "ppo.value_norm_decay=0.5", "ppo.value_lr=1e-2", "run.eval_episodes=0",
             "run.tensorboard=false"]
     run = tmp_path / "run"
-    train(load_train_config(None, [*tiny, "ppo.total_frames=32"]), run, progress=False, say=lambda _: None)
+    train_ppo(load_train_config(None, [*tiny, "ppo.total_frames=32"]), run, progress=False, say=lambda _: None)
     first = load_checkpoint(run)["value_norm"]
     assert first["weight"].item() == pytest.approx(0.5)  # one rollout folded in
-    train(load_train_config(None, [*tiny, "ppo.total_frames=64"]), run, resume=True, progress=False,
+    train_ppo(load_train_config(None, [*tiny, "ppo.total_frames=64"]), run, resume=True, progress=False,
           say=lambda _: None)
     assert load_checkpoint(run)["value_norm"]["weight"].item() == pytest.approx(0.75)  # restored, then one more

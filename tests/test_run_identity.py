@@ -17,7 +17,7 @@ from glamrl.run.dir import RunDir
 from glamrl.run.log import read_log
 from glamrl.train.bc import train_bc
 from glamrl.train.drrn import train_drrn
-from glamrl.train.ppo import train
+from glamrl.train.ppo import train_ppo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -133,11 +133,11 @@ def test_drrn_trains_its_frames_in_rows_of_at_most_log_every_and_resumes_by_fram
 def test_the_minutes_cap_counts_the_runs_training_time_over_every_invocation(tmp_path):
     run = tmp_path / "run"
     capped = [*TINY, "ppo.total_frames=64", "run.max_minutes=1e-6"]
-    train(load_train_config(None, capped), run, **QUIET)
+    train_ppo(load_train_config(None, capped), run, **QUIET)
     assert [r["update"] for r in read_log(run)] == [1]  # stopped after its first update
-    train(load_train_config(None, capped), run, resume=True, **QUIET)
+    train_ppo(load_train_config(None, capped), run, resume=True, **QUIET)
     assert [r["update"] for r in read_log(run)] == [1]  # the cap is used up: no whole cap again
-    train(load_train_config(None, [*TINY, "ppo.total_frames=64", "run.max_minutes=60"]), run, resume=True, **QUIET)
+    train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=64", "run.max_minutes=60"]), run, resume=True, **QUIET)
     assert read_log(run)[-1]["frames"] == 64
 
 
@@ -151,7 +151,8 @@ def demos(tmp_path):
     return path
 
 
-BC = [*TINY, "bc.epochs=1", "bc.batch_size=16", "bc.log_every=1", "bc.lr=1e-3"]
+BC = [*(o for o in TINY if not o.startswith("ppo.")), "bc.epochs=1", "bc.batch_size=16", "bc.log_every=1",
+      "bc.lr=1e-3"]  # BC reads no ppo.* field: it refuses them
 
 
 def test_bc_resumes_at_the_record_it_reached_whatever_the_batch_size(demos, tmp_path):

@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from glamrl.run.log import CSV_COLUMNS, LogNotFoundError, RunLogger, episode_stats, read_log, tb_tag
+from glamrl.run.log import LogNotFoundError, RunLogger, episode_stats, read_log
+from glamrl.run.metrics import LOG_METRICS, column_order, label, tag
 
 
 def _metrics(update: int) -> dict:
@@ -17,8 +18,36 @@ def test_rows_are_appended_and_read_back(tmp_path):
     rows = read_log(tmp_path)
     assert [r["update"] for r in rows] == [1.0, 2.0, 3.0]
     assert rows[2]["policy_loss"] == pytest.approx(0.3) and rows[2]["frames"] == 300.0
-    assert math.isnan(rows[0]["success_rate"]) and math.isnan(rows[0]["grad_norm"])
-    assert list(rows[0]) == list(CSV_COLUMNS)  # unknown keys are not CSV columns
+    assert math.isnan(rows[0]["success_rate"]) and rows[0]["unknown_key"] == 7  # an unlisted key is a column
+    assert list(rows[0]) == ["update", "frames", "FPS", "success_rate", "policy_loss", "approx_kl", "unknown_key"]
+
+
+def test_a_new_key_becomes_a_column_and_earlier_rows_leave_it_empty(tmp_path):
+    with RunLogger(tmp_path, tensorboard=False) as logger:
+        logger.log(_metrics(1))
+        logger.log({**_metrics(2), "q_mean": 0.5, "epsilon": 0.1, "my_probe": 3.0})  # DRRN's columns, one unlisted
+        logger.log(_metrics(3))
+    rows = read_log(tmp_path)
+    assert list(rows[0]) == column_order([*_metrics(1), "q_mean", "epsilon", "my_probe"])
+    assert list(rows[0])[-2:] == ["unknown_key", "my_probe"]  # listed columns in the table's order, then the rest
+    assert math.isnan(rows[0]["q_mean"]) and rows[1]["q_mean"] == 0.5 and rows[1]["my_probe"] == 3.0
+    assert math.isnan(rows[2]["epsilon"]) and [r["update"] for r in rows] == [1, 2, 3]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # the rewrite left no temporary
+
+
+@pytest.mark.parametrize("after, q_means", [(1, [0.2, 0.3, 0.4]), (2, [0.5, 0.3, 0.4])])
+def test_resume_after_a_new_column_appeared(tmp_path, after, q_means):
+    with RunLogger(tmp_path, tensorboard=False) as logger:
+        logger.log(_metrics(1))
+        logger.log({**_metrics(2), "q_mean": 0.5})
+        logger.log({**_metrics(3), "q_mean": 0.7})
+    with RunLogger(tmp_path, resume_after_update=after, tensorboard=False) as logger:  # before or after it
+        for update in range(after + 1, 5):
+            logger.log({**_metrics(update), "q_mean": update / 10, "value_std": 2.0})
+    rows = read_log(tmp_path)
+    assert [r["update"] for r in rows] == [1, 2, 3, 4]
+    assert [r["q_mean"] for r in rows[1:]] == pytest.approx(q_means)  # the column added at update 2 kept or redone
+    assert all(math.isnan(r["value_std"]) for r in rows[:after]) and rows[-1]["value_std"] == 2.0
 
 
 def test_resume_drops_rows_after_the_checkpoint(tmp_path):
@@ -53,11 +82,35 @@ def test_tensorboard_event_file_is_written(tmp_path):
     assert any((tmp_path / "tb").iterdir())
 
 
-def test_tensorboard_tags_follow_cleanrl():
-    assert tb_tag("return_mean") == "charts/episodic_return"
-    assert tb_tag("success_rate") == "charts/success_rate"
-    assert tb_tag("approx_kl") == "losses/approx_kl"
-    assert tb_tag("charts/learning_rate") == "charts/learning_rate"
+def test_tensorboard_tags_are_the_log_names_in_cleanrl_groups():
+    assert tag("return_mean") == "charts/return_mean"
+    assert tag("success_rate") == "charts/success_rate"
+    assert tag("approx_kl") == "losses/approx_kl" and tag("q_mean") == "losses/q_mean"
+    assert tag("unknown_key") == "charts/unknown_key" and tag("charts/learning_rate") == "charts/learning_rate"
+    assert label("num_frames_mean") == "mean episode length (frames)" and label("unknown_key") == "unknown_key"
+
+
+def test_tensorboard_holds_every_logged_key_under_its_tag(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with RunLogger(tmp_path) as logger:
+        for update in (1, 2):
+            logger.log({**_metrics(update), "my_probe": 1.5})
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert set(events.Tags()["scalars"]) == {tag(k) for k, v in _metrics(1).items() if v is not None} | {
+        "charts/my_probe"}
+    assert [(e.step, e.value) for e in events.Scalars("losses/policy_loss")] == [(100, pytest.approx(0.1)),
+                                                                                 (200, pytest.approx(0.2))]
+
+
+def test_every_listed_metric_has_a_label_and_help():
+    assert all(m.label and m.help and m.name == name for name, m in LOG_METRICS.items())
+
+
+def test_a_value_that_is_not_a_number_is_refused(tmp_path):
+    with RunLogger(tmp_path, tensorboard=False) as logger, pytest.raises(TypeError, match="'note'"):
+        logger.log({"update": 1, "frames": 8, "note": "hello"})
 
 
 def test_log_needs_update_and_frames(tmp_path):

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from glamrl.run.checkpoint import load_checkpoint
 from glamrl.run.dir import RunDir
 from glamrl.cli import main
 from glamrl.config import ConfigError, load_train_config
 from glamrl.run.log import read_log
-from glamrl.train.ppo import train
+from glamrl.train.ppo import train_ppo
 from glamrl.train.drrn import train_drrn
 from test_safe_runs import NO_MODEL, TINY, assert_one_line, run_cli, snapshot, tiny_config
 
@@ -35,6 +36,15 @@ SYMBOLIC = ["agent.kind=symbolic", f"env.id={TURN}", "env.num_envs=2", "ppo.num_
 DRRN = ["agent.kind=drrn", f"env.id={TURN}", "env.num_envs=2", "drrn.embedding_dim=8", "drrn.hidden_size=8",
         "drrn.batch_size=8", "drrn.replay_size=64", "drrn.learning_starts=8", "drrn.log_every=16",
         "drrn.total_frames=32", "run.tensorboard=false"]
+
+
+def bc_config(tmp_path: Path) -> Path:
+    """`tiny_config` without its ppo section, which behavioural cloning does not read (and so refuses)."""
+    path, sections = tmp_path / "bc.yaml", yaml.safe_load(tiny_config(tmp_path).read_text())
+    path.write_text(yaml.safe_dump({name: fields for name, fields in sections.items() if name != "ppo"}))
+    return path
+
+
 LIMIT = 4096  # bytes: `ulimit -f` for the write-failure tests; every output below is larger, config.yaml smaller
 
 
@@ -75,7 +85,7 @@ def trained(tmp_path_factory) -> Path:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     run = tmp_path_factory.mktemp("trained") / "run"
-    train(load_train_config(None, [*TINY, "ppo.total_frames=8"]), run, progress=False, say=lambda _: None)
+    train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=8"]), run, progress=False, say=lambda _: None)
     torch.set_num_threads(threads)
     return run
 
@@ -213,7 +223,7 @@ def test_a_checkpoint_write_past_a_file_size_limit_is_one_line_and_keeps_the_che
         copy_run(trained, tmp_path)
         more = ["train", "--run-dir", run, "ppo.total_frames=16"]
     elif loop == "bc":
-        assert main(["bc", "--data", str(demos), "--config", str(tiny_config(tmp_path)), "--run-dir", str(run),
+        assert main(["bc", "--data", str(demos), "--config", str(bc_config(tmp_path)), "--run-dir", str(run),
                      "--no-progress", *BC]) == 0
         more = ["bc", "--data", demos, "--run-dir", run, "bc.epochs=2"]
     else:
@@ -259,7 +269,7 @@ def test_a_killed_exports_temporaries_are_removed_by_the_next_one(trained, tmp_p
 ])
 def test_impossible_values_of_every_section_are_refused_before_any_work(tmp_path, capsys, override):
     for command in (["train", "--config", str(tiny_config(tmp_path))],
-                    ["bc", "--data", "missing.jsonl", "--config", str(tiny_config(tmp_path))]):
+                    ["bc", "--data", "missing.jsonl", "--config", str(bc_config(tmp_path))]):
         code, err = run_cli(capsys, *command, "--run-dir", str(tmp_path / "r"), NO_MODEL, override)
         assert_one_line(code, err, override.partition("=")[0])
         assert not (tmp_path / "r").exists()
@@ -335,14 +345,14 @@ def test_bc_refuses_records_that_do_not_fit_the_config(demos, tmp_path, capsys, 
     else:
         data.write_text("\n".join([*lines[:3], json.dumps({**json.loads(lines[3]), **change})]) + "\n")
     run = tmp_path / "run"
-    code, err = run_cli(capsys, "bc", "--data", str(data), "--config", str(tiny_config(tmp_path)),
+    code, err = run_cli(capsys, "bc", "--data", str(data), "--config", str(bc_config(tmp_path)),
                         "--run-dir", str(run), *BC)
     assert_one_line(code, err, message, "" if change == "french" else "bad.jsonl:4")
     assert not run.exists()  # nothing was written
 
 
 def test_bc_resumes_only_on_the_data_it_was_cloned_from(demos, tmp_path, capsys):
-    cfg, run, other = tiny_config(tmp_path), tmp_path / "run", tmp_path / "other.jsonl"
+    cfg, run, other = bc_config(tmp_path), tmp_path / "run", tmp_path / "other.jsonl"
     other.write_text("".join(demos.read_text().splitlines(keepends=True)[1:]))
     assert main(["bc", "--data", str(demos), "--config", str(cfg), "--run-dir", str(run), "--no-progress", *BC]) == 0
     assert load_checkpoint(run)["data"]["sha256"] == hashlib.sha256(demos.read_bytes()).hexdigest()
@@ -357,12 +367,13 @@ def test_bc_resumes_only_on_the_data_it_was_cloned_from(demos, tmp_path, capsys)
                  "--no-progress", *BC, f"agent.init_from={run}"]) == 0
 
 
-def test_bc_refuses_fsdp_without_torchrun_as_train_does(demos, tmp_path, capsys):
+def test_fsdp_is_refused_by_bc_which_shards_nothing_and_by_train_without_torchrun(demos, tmp_path, capsys):
     fsdp = ["run.sharding=fsdp", "model.batching=padded"]
-    for command in (["bc", "--data", str(demos)], ["train"]):
-        code, err = run_cli(capsys, *command, "--config", str(tiny_config(tmp_path)), "--run-dir", str(tmp_path / "r"),
-                            *BC, *fsdp)
-        assert_one_line(code, err, "run.sharding=fsdp", "torchrun")
+    bc = ["bc", "--data", str(demos), "--config", str(bc_config(tmp_path)), "--run-dir", str(tmp_path / "r"), *BC]
+    train = ["train", "--config", str(tiny_config(tmp_path)), "--run-dir", str(tmp_path / "r")]
+    for command, why in ((bc, "the bc loop does not read it"), (train, "torchrun")):
+        code, err = run_cli(capsys, *command, *fsdp)
+        assert_one_line(code, err, "run.sharding=fsdp", why)
         assert not (tmp_path / "r").exists()
 
 

@@ -16,7 +16,7 @@ from glamrl.cli import main
 from glamrl.config import load_train_config
 from glamrl.run.dir import RUN_DATA, RUN_FILES, RunDir
 from glamrl.run.log import read_log
-from glamrl.train.ppo import train
+from glamrl.train.ppo import train_ppo
 
 TINY = [
     "env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "model.name=tiny-llama", "model.device=cpu",
@@ -63,7 +63,7 @@ def tiny_config(tmp_path: Path, text: str = "") -> Path:
 def test_a_second_process_on_a_running_run_is_refused_and_changes_nothing(tmp_path):
     run = tmp_path / "run"
     cfg = tiny_config(tmp_path)
-    train(load_train_config(cfg, ["ppo.total_frames=8"]), run, progress=False, say=lambda _: None)
+    train_ppo(load_train_config(cfg, ["ppo.total_frames=8"]), run, progress=False, say=lambda _: None)
     before = snapshot(run)
     with RunDir(run).lock():  # this process is the training that holds the run
         done = glamrl("train", "--config", str(cfg), "--run-dir", str(run), "ppo.total_frames=8")
@@ -113,13 +113,13 @@ def test_a_start_that_fails_leaves_no_config_behind(tmp_path, capsys):
 # ------------------------------------------------------------------ checkpoints
 def test_resuming_from_the_backup_keeps_the_backup(tmp_path):
     run = tmp_path / "run"
-    train(load_train_config(None, [*TINY, "ppo.total_frames=16"]), run, progress=False, say=lambda _: None)
+    train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=16"]), run, progress=False, say=lambda _: None)
     last, backup = RunDir(run).last_checkpoint, RunDir(run).backup_checkpoint
     good_backup = backup.read_bytes()
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # a torn write
 
     with pytest.warns(UserWarning, match="resuming from"):
-        train(load_train_config(None, [*TINY, "ppo.total_frames=16"]), run, resume=True, progress=False,
+        train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=16"]), run, resume=True, progress=False,
               say=lambda _: None)
     assert backup.read_bytes() == good_backup  # the corrupt last.pt was not rotated into it
     assert torch.load(last, weights_only=True)["update"] == 2
@@ -212,7 +212,7 @@ def test_run_dir_that_is_a_file_or_read_only(tmp_path, capsys):
 ])
 def test_unwritable_out_is_refused_before_the_work(tmp_path, capsys, command):
     run, blocker = tmp_path / "run", tmp_path / "a_file"
-    train(load_train_config(None, [*TINY, "ppo.total_frames=8"]), run, progress=False, say=lambda _: None)
+    train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=8"]), run, progress=False, say=lambda _: None)
     blocker.write_text("x")
     args = [str(run) if a == "RUN" else a for a in command]
     for out, message in ((blocker / "out.json", "not a directory"), (tmp_path, "is a directory")):

@@ -18,7 +18,7 @@ from glamrl.rl.ppo import accumulate_gradients, ppo_loss
 from glamrl.rollout import evaluate, step
 from glamrl.run.log import read_log
 from glamrl.train.common import evaluate_policy
-from glamrl.train.ppo import train
+from glamrl.train.ppo import train_ppo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -40,7 +40,7 @@ def test_symbolic_ppo_learns_go_to_obj_and_beats_random_on_the_same_seeds(tmp_pa
     tiny = [o for o in TINY if not o.startswith("run.eval_episodes=")]
     cfg = load_train_config("configs/symbolic_small.yaml", [*tiny, "symbolic.memory=false", "ppo.total_frames=5120",
                                                             "run.eval_episodes=200"])
-    result = train(cfg, tmp_path / "run", progress=False, say=lambda _: None)
+    result = train_ppo(cfg, tmp_path / "run", progress=False, say=lambda _: None)
     random_success = evaluate_policy(dataclasses.replace(cfg, agent=AgentConfig(kind="random")), None)["success_rate"]
     print(f"random {random_success:.2f}, symbolic {result.success_before:.2f} -> {result.success_after:.2f}")
     assert random_success < 0.55
@@ -262,10 +262,10 @@ def test_cli_smoke_run_of_each_config(tmp_path, capsys, config):
 @pytest.mark.parametrize("config", CONFIGS)
 def test_short_symbolic_run_with_memory_trains_and_resumes(tmp_path, config):
     run = tmp_path / "run"
-    first = train(load_train_config(config, [*TINY_40, "ppo.total_frames=1280"]), run, progress=False,
+    first = train_ppo(load_train_config(config, [*TINY_40, "ppo.total_frames=1280"]), run, progress=False,
                   say=lambda _: None)
     trained = {name: t.clone() for name, t in load_checkpoint(run)["policy"].items()}
-    result = train(load_train_config(config, [*TINY_40, "ppo.total_frames=1920"]), run, resume=True,
+    result = train_ppo(load_train_config(config, [*TINY_40, "ppo.total_frames=1920"]), run, resume=True,
                    progress=False, say=lambda _: None)
     assert first.updates == 2 and result.updates == 3 and [r["update"] for r in read_log(run)] == [1, 2, 3]
     assert any(not torch.equal(trained[name], t) for name, t in load_checkpoint(run)["policy"].items())
@@ -278,13 +278,13 @@ def test_max_minutes_stops_after_an_update_with_a_checkpoint_and_resumes(tmp_pat
     run = tmp_path / "run"
     overrides = [*TINY_ENVS, "ppo.num_steps=32", "ppo.minibatch_size=128", "ppo.total_frames=100000",
                  "run.max_minutes=1e-6"]
-    first = train(load_train_config("configs/symbolic_small.yaml", overrides), run, progress=False, say=lambda _: None)
+    first = train_ppo(load_train_config("configs/symbolic_small.yaml", overrides), run, progress=False, say=lambda _: None)
     assert first.updates == 1 and load_checkpoint(run)["update"] == 1  # run.checkpoint_every is 4
-    again = train(load_train_config("configs/symbolic_small.yaml", overrides), run, resume=True, progress=False,
+    again = train_ppo(load_train_config("configs/symbolic_small.yaml", overrides), run, resume=True, progress=False,
                   say=lambda _: None)
     assert again.updates == 1  # the cap counts the run's training time, not this invocation's: used up
     raised = [*overrides[:-1], f"run.max_minutes={load_checkpoint(run)['duration'] / 60 * 1.000001}"]
-    more = train(load_train_config("configs/symbolic_small.yaml", raised), run, resume=True, progress=False,
+    more = train_ppo(load_train_config("configs/symbolic_small.yaml", raised), run, resume=True, progress=False,
                  say=lambda _: None)
     assert more.updates == 2 and more.frames == 1024  # raised: one more update crosses it
 

@@ -1,5 +1,6 @@
 """PPO training end to end on tiny random models: learning, checkpoints, resume after kill -9."""
 
+import math
 import os
 import signal
 import subprocess
@@ -13,7 +14,8 @@ from glamrl.run.checkpoint import load_checkpoint
 from glamrl.config import ModelConfig, load_train_config
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.run.log import read_log
-from glamrl.train.ppo import TrainingDiverged, train
+from glamrl.run.metrics import LOG_METRICS
+from glamrl.train.ppo import TrainingDiverged, train_ppo
 
 TINY = [
     "env.id=BabyAI-TurnToObject-v0", "env.num_envs=8", "env.seed=3",
@@ -35,7 +37,7 @@ def test_ppo_learns_to_turn_towards_the_object_named_in_the_text(tmp_path, extra
     given = {o.partition("=")[0] for o in extra}
     base = [o for o in TINY if o.partition("=")[0] not in given]
     cfg = load_train_config(None, [*base, "ppo.total_frames=3840", "run.eval_episodes=200", *extra])
-    result = train(cfg, tmp_path / "run", progress=False, say=lambda _: None)
+    result = train_ppo(cfg, tmp_path / "run", progress=False, say=lambda _: None)
     print(f"success {result.success_before:.2f} -> {result.success_after:.2f}")
     assert result.success_before < 0.6  # only one of six actions succeeds
     assert result.success_after >= 0.9
@@ -47,7 +49,7 @@ def test_ppo_learns_to_turn_towards_the_object_named_in_the_text(tmp_path, extra
 def test_checkpoint_holds_trained_weights_and_resume_continues(tmp_path):
     run = tmp_path / "run"
     cfg = load_train_config(None, [*TINY, "ppo.total_frames=128"])
-    train(cfg, run, progress=False, say=lambda _: None)
+    train_ppo(cfg, run, progress=False, say=lambda _: None)
     state = load_checkpoint(run)
     assert (state["update"], state["frames"]) == (2, 128)
     assert set(state) == {"trainer", "update", "frames", "episodes", "duration", "policy", "optimizer", "rng",
@@ -58,19 +60,27 @@ def test_checkpoint_holds_trained_weights_and_resume_continues(tmp_path):
     assert any(not torch.equal(fresh[k], v) for k, v in state["policy"].items())  # training changed weights
 
     longer = load_train_config(None, [*TINY, "ppo.total_frames=256"])
-    result = train(longer, run, resume=True, progress=False, say=lambda _: None)
+    result = train_ppo(longer, run, resume=True, progress=False, say=lambda _: None)
     assert result.updates == 4
     assert [r["update"] for r in read_log(run)] == [1, 2, 3, 4]
 
 
+def test_every_column_ppo_logs_reaches_log_csv_and_is_documented(tmp_path):
+    train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=128", "ppo.value_norm=true"]), tmp_path / "run",
+              progress=False, say=lambda _: None)
+    rows = read_log(tmp_path / "run")
+    assert rows[-1]["value_std"] > 0 and math.isfinite(rows[-1]["value_mean"])  # ppo.value_norm's statistics
+    assert set(rows[0]) <= set(LOG_METRICS) and (tmp_path / "run" / "curves.png").exists()
+
+
 def test_frozen_trunk_run_saves_only_the_top_and_resumes(tmp_path):
     run = tmp_path / "run"
-    train(load_train_config(None, [*TINY, "ppo.total_frames=64", "model.train_layers=1"]), run,
+    train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=64", "model.train_layers=1"]), run,
           progress=False, say=lambda _: None)
     saved = load_checkpoint(run)["policy"]
     assert saved and all(k.startswith("value_head") or ".layers.1." in k or k.startswith(("llm.model.norm", "llm.lm_head"))
                          for k in saved), sorted(saved)
-    result = train(load_train_config(None, [*TINY, "ppo.total_frames=128", "model.train_layers=1"]), run,
+    result = train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=128", "model.train_layers=1"]), run,
                    resume=True, progress=False, say=lambda _: None)
     assert result.updates == 2 and [r["update"] for r in read_log(run)] == [1, 2]
 
@@ -78,11 +88,11 @@ def test_frozen_trunk_run_saves_only_the_top_and_resumes(tmp_path):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the 1e40 reward overflows float32 on purpose
 def test_non_finite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(tmp_path):
     run = tmp_path / "run"
-    train(load_train_config(None, [*TINY, "ppo.total_frames=64"]), run, progress=False, say=lambda _: None)
+    train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=64"]), run, progress=False, say=lambda _: None)
     before = load_checkpoint(run)
     bad = load_train_config(None, [*TINY, "ppo.total_frames=128", "ppo.reward_scale=1e40"])  # inf in float32
     with pytest.raises(TrainingDiverged, match="non-finite PPO loss at update 2"):
-        train(bad, run, resume=True, progress=False, say=lambda _: None)
+        train_ppo(bad, run, resume=True, progress=False, say=lambda _: None)
     after = load_checkpoint(run)
     assert after["update"] == before["update"] == 1
 
@@ -139,7 +149,7 @@ def test_resume_after_sigkill_has_no_duplicate_or_missing_rows(tmp_path):
 
 def test_npae_action_heads_train_through_the_same_loop(tmp_path):
     cfg = load_train_config(None, [*TINY, "ppo.total_frames=64", "model.pretrained=false", "model.use_action_heads=true"])
-    result = train(cfg, tmp_path / "run", progress=False, say=lambda _: None)
+    result = train_ppo(cfg, tmp_path / "run", progress=False, say=lambda _: None)
     state = load_checkpoint(tmp_path / "run")
     assert result.updates == 1 and any(k.startswith("action_heads.") for k in state["policy"])
 
@@ -147,7 +157,7 @@ def test_npae_action_heads_train_through_the_same_loop(tmp_path):
 def test_stop_at_success_ends_after_the_first_update_that_reaches_it(tmp_path):
     run = tmp_path / "run"
     cfg = load_train_config(None, [*TINY, "ppo.total_frames=3840", "run.stop_at_success=0.3", "run.eval_episodes=0"])
-    result = train(cfg, run, progress=False, say=lambda _: None)
+    result = train_ppo(cfg, run, progress=False, say=lambda _: None)
     rows = read_log(run)
     rates = [r.get("success_rate", 0.0) for r in rows]
     assert result.frames < 3840 and rates[-1] >= 0.3 and all(rate < 0.3 for rate in rates[:-1])

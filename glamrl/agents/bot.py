@@ -10,6 +10,7 @@ from gymnasium.vector import SyncVectorEnv
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from glamrl.agents.base import Decision
+from glamrl.agents.registry import AgentRequest
 from glamrl.envs.actions import ACTION_NAMES
 
 
@@ -37,3 +38,8 @@ class BotAgent:
     def end_episodes(self, done: np.ndarray) -> None:
         for i in np.flatnonzero(done):
             self.bots[i] = None
+
+
+def build_agent(r: AgentRequest) -> BotAgent:
+    """agent.kind=bot's agent (the registry's entry point): it has no network and reads no config."""
+    return BotAgent(r.envs, r.action_names)

@@ -23,7 +23,8 @@ import torch
 from torch import Tensor, nn
 
 from glamrl.agents.base import Decision, WholeNetwork
-from glamrl.config import DRRNConfig
+from glamrl.agents.registry import AgentRequest
+from glamrl.config import DRRNConfig, TrainConfig
 from glamrl.envs.subwords import encode_subwords, subword_tokenizer
 from glamrl.envs.vocabulary import PAD, VOCABULARY, encode_texts
 from glamrl.prompts import PromptHistory, build_prompt
@@ -136,3 +137,17 @@ class DRRNAgent:
         for history, d in zip(self.histories, done):
             if d:
                 history.clear()
+
+
+def build_model(cfg: TrainConfig) -> DRRNetwork:
+    """agent.kind=drrn's network (the registry's entry point), from drrn.*."""
+    return DRRNetwork(cfg.drrn)
+
+
+def build_agent(r: AgentRequest) -> DRRNAgent:
+    """agent.kind=drrn's agent (the registry's entry point), exploring as in evaluation: the training loop sets
+    its own schedule."""
+    d = r.cfg.drrn
+    exploration = Exploration("greedy") if r.greedy else Exploration(d.exploration, d.temperature, d.eval_epsilon)
+    return DRRNAgent(r.model, r.envs.num_envs, r.action_names, r.cfg.prompt.nbr_obs, r.cfg.env.language,
+                     r.goal_header, exploration, seed=r.cfg.env.seed)

@@ -6,7 +6,8 @@
     agent, cfg = restore_agent(run_dir, envs)    # a run's trained agent, its kind read from its config.yaml
 
 Training loops, `glamrl eval`, the evaluation suite, behavioural cloning and `glamrl export`
-all go through here; a new agent kind plugs in by adding a branch to `make_model` and `make_agent`.
+all go through here. What each kind builds is its entry in `glamrl.agents.registry`: a new agent kind
+plugs in there, with no change here.
 """
 
 from __future__ import annotations
@@ -20,16 +21,11 @@ from gymnasium.vector import SyncVectorEnv
 from torch import nn
 
 from glamrl.agents.base import Agent
-from glamrl.config import AGENT_KINDS, TrainConfig
+from glamrl.agents.registry import AgentKindError, AgentRequest, agent_kind
+from glamrl.config import TrainConfig
 from glamrl.errors import GlamrlError
 from glamrl.run.checkpoint import Checkpoint, CheckpointError, restoring
 from glamrl.run.dir import RunDir
-
-TRAINABLE_KINDS = ("llm", "drrn", "symbolic")
-
-
-class AgentKindError(GlamrlError, ValueError):
-    """An agent kind that does not fit: unknown, untrainable, or not the kind of the run given."""
 
 
 def read_run(run_dir: Path, kind: str | None = None) -> tuple[TrainConfig, Checkpoint]:
@@ -55,7 +51,7 @@ def restore_model(run_dir: Path, kind: str | None = None,
     `device` overrides the run's model.device (llm runs).
     """
     cfg, state = read_run(run_dir, kind)
-    if cfg.agent.kind not in TRAINABLE_KINDS:
+    if not agent_kind(cfg.agent.kind).trains:
         raise AgentKindError(f"{run_dir} holds a {cfg.agent.kind!r} agent, which has no weights to restore")
     model_cfg = dataclasses.replace(cfg.model, device=device) if device else cfg.model
     cfg = dataclasses.replace(cfg, model=model_cfg, agent=dataclasses.replace(cfg.agent, init_from=None))
@@ -73,27 +69,14 @@ def make_model(cfg: TrainConfig, load_init: bool = True) -> nn.Module | None:
 
     `load_init=False` leaves `agent.init_from` unread: a resumed run's own checkpoint holds its weights.
     """
-    kind = cfg.agent.kind
-    if kind == "llm":
-        from glamrl.llm.policy import LLMPolicy
-
-        model = LLMPolicy(cfg.model, len(cfg.prompt.actions))
-    elif kind == "drrn":
-        from glamrl.agents.drrn import DRRNetwork
-
-        model = DRRNetwork(cfg.drrn)
-    elif kind == "symbolic":
-        from glamrl.agents.symbolic import ACModel
-
-        model = ACModel(cfg.symbolic)
-    elif kind in AGENT_KINDS:
+    kind = agent_kind(cfg.agent.kind)
+    if not kind.trains:
         return None
-    else:
-        raise AgentKindError(f"unknown agent kind {kind!r}; known kinds: {', '.join(AGENT_KINDS)}")
+    model = kind.build_model(cfg)
     if cfg.agent.init_from and load_init:
         source = f"agent.init_from={cfg.agent.init_from}"
         try:
-            _, state = read_run(Path(cfg.agent.init_from), kind)
+            _, state = read_run(Path(cfg.agent.init_from), kind.name)
         except GlamrlError as err:  # its kind, same message, naming the field that led there
             raise type(err)(f"{source} cannot start this run: {err}") from None
         with restoring(source, state.config, cfg.to_dict(),
@@ -110,32 +93,8 @@ def make_agent(cfg: TrainConfig, model: nn.Module | None, envs: SyncVectorEnv, g
     exactly those names (default `cfg.prompt.actions`); `goal_header` replaces the prompt's
     "Goal of the agent" before its colon (None keeps it). The suite's tests change both.
     """
-    kind, n = cfg.agent.kind, envs.num_envs
     names = tuple(cfg.prompt.actions if action_names is None else action_names)
-    if kind == "llm":
-        from glamrl.agents.llm import LLMAgent
-
-        return LLMAgent(model, n, names, cfg.prompt.nbr_obs, cfg.env.language, greedy, goal_header)
-    if kind == "drrn":
-        from glamrl.agents.drrn import DRRNAgent, Exploration
-
-        d = cfg.drrn  # evaluation; the training loop sets its own epsilon schedule
-        exploration = Exploration("greedy") if greedy else Exploration(d.exploration, d.temperature, d.eval_epsilon)
-        return DRRNAgent(model, n, names, cfg.prompt.nbr_obs, cfg.env.language, goal_header, exploration,
-                         seed=cfg.env.seed)
-    if kind == "symbolic":
-        from glamrl.agents.symbolic import SymbolicAgent
-
-        return SymbolicAgent(model, n, names, greedy)
-    if kind == "random":
-        from glamrl.agents.random import RandomAgent
-
-        return RandomAgent(envs, names)
-    if kind == "bot":
-        from glamrl.agents.bot import BotAgent
-
-        return BotAgent(envs, names)
-    raise AgentKindError(f"unknown agent kind {kind!r}; known kinds: {', '.join(AGENT_KINDS)}")
+    return agent_kind(cfg.agent.kind).build_agent(AgentRequest(cfg, model, envs, names, greedy, goal_header))
 
 
 def restore_agent(run_dir: Path, envs: SyncVectorEnv, language: str | None = None, greedy: bool = False,

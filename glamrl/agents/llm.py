@@ -9,6 +9,8 @@ import numpy as np
 import torch
 
 from glamrl.agents.base import Decision
+from glamrl.agents.registry import AgentRequest
+from glamrl.config import TrainConfig
 from glamrl.llm.policy import LLMPolicy
 from glamrl.prompts import PromptHistory
 from glamrl.parallel.transfer import to_host
@@ -70,3 +72,14 @@ class LLMAgent:
         for history, d in zip(self.histories, done):
             if d:
                 history.clear()
+
+
+def build_model(cfg: TrainConfig) -> LLMPolicy:
+    """agent.kind=llm's network (the registry's entry point): model.* scoring the prompt's action names."""
+    return LLMPolicy(cfg.model, len(cfg.prompt.actions))
+
+
+def build_agent(r: AgentRequest) -> LLMAgent:
+    """agent.kind=llm's agent (the registry's entry point)."""
+    return LLMAgent(r.model, r.envs.num_envs, r.action_names, r.cfg.prompt.nbr_obs, r.cfg.env.language, r.greedy,
+                    r.goal_header)

@@ -9,6 +9,7 @@ import numpy as np
 from gymnasium.vector import SyncVectorEnv
 
 from glamrl.agents.base import Decision
+from glamrl.agents.registry import AgentRequest
 from glamrl.envs.actions import ACTION_NAMES
 
 
@@ -30,3 +31,8 @@ class RandomAgent:
 
     def end_episodes(self, done: np.ndarray) -> None:
         """Nothing to forget."""
+
+
+def build_agent(r: AgentRequest) -> RandomAgent:
+    """agent.kind=random's agent (the registry's entry point): it has no network and reads no config."""
+    return RandomAgent(r.envs, r.action_names)

@@ -55,7 +55,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from glamrl.agents.base import Decision, WholeNetwork
-from glamrl.config import SymbolicConfig
+from glamrl.agents.registry import AgentRequest
+from glamrl.config import SymbolicConfig, TrainConfig
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.envs.vocabulary import PAD, VOCABULARY, encode_texts
 
@@ -279,3 +280,13 @@ class SymbolicAgent:
 
     def end_episodes(self, done: np.ndarray) -> None:
         self.memory[torch.as_tensor(done, dtype=torch.bool)] = 0.0
+
+
+def build_model(cfg: TrainConfig) -> ACModel:
+    """agent.kind=symbolic's network (the registry's entry point), from symbolic.*."""
+    return ACModel(cfg.symbolic)
+
+
+def build_agent(r: AgentRequest) -> SymbolicAgent:
+    """agent.kind=symbolic's agent (the registry's entry point)."""
+    return SymbolicAgent(r.model, r.envs.num_envs, r.action_names, r.greedy)

@@ -19,7 +19,8 @@ from gymnasium.vector import SyncVectorEnv
 from torch import nn
 
 from glamrl.agents.base import Agent
-from glamrl.agents.factory import AgentKindError, make_agent, make_model, restore_model
+from glamrl.agents.factory import make_agent, make_model, restore_model
+from glamrl.agents.registry import AgentKindError, agent_kind, kinds_where
 from glamrl.config import AgentConfig, EnvConfig, ModelConfig, PromptConfig, TrainConfig
 from glamrl.envs.actions import action_names
 from glamrl.eval.suite import AgentBuilder, SuiteTest
@@ -33,7 +34,8 @@ class AgentSpec:
     """The agent a command runs: a trained one (`run`), or a fresh one (`kind`, with `model` for llm)."""
 
     kind: str | None = None
-    """llm, random or bot for a fresh agent; with `run`, the kind the run must hold (None: the run's own)."""
+    """a kind that runs fresh (`AgentKind.runs_fresh`: llm, random, bot) for a fresh agent; with `run`, the kind
+    the run must hold (None: the run's own)."""
     model: str = ModelConfig.name
     """llm: a model name or path (a `glamrl export` directory too)."""
     run: Path | None = None
@@ -60,8 +62,9 @@ def load_eval_model(spec: AgentSpec, seed: int = 1,
     language = language or EnvConfig.language
     if spec.kind is None:
         raise AgentKindError("give --agent (a fresh agent) or --run (a trained one)")
-    if spec.kind in ("drrn", "symbolic"):
-        raise AgentKindError(f"a fresh {spec.kind} agent is untrained: give --run with a trained {spec.kind} run")
+    if not agent_kind(spec.kind).runs_fresh:
+        raise AgentKindError(f"a fresh {spec.kind} agent is untrained: give --run with a trained {spec.kind} run "
+                             f"(fresh agents: {', '.join(kinds_where(lambda k: k.runs_fresh))})")
     prompt = PromptConfig(nbr_obs=ZERO_SHOT_NBR_OBS, actions=list(action_names(language)))
     model, label = ModelConfig(), spec.kind
     if spec.kind == "llm":

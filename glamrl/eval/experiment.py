@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from glamrl.agents.registry import agent_kind, kinds_where
 from glamrl.config import ConfigError, EnvConfig, from_dict, identity_changes, load_train_config, load_yaml
 from glamrl.errors import GlamrlError
 from glamrl.stats import AGGREGATE_TITLES, BOOTSTRAP_REPS, METRICS, interval_over_seeds
@@ -43,7 +44,6 @@ from glamrl.files import write_text, writing
 from glamrl.run.dir import LOG_FILE, MARKER, RunDir
 from glamrl.run.log import read_log
 
-EVAL_ONLY = ("random", "bot")
 RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 """A run's name: one folder name (its run directories are OUT/NAME-seedS), never a path."""
 
@@ -63,7 +63,7 @@ class RunSpec:
     seeds: tuple[int, ...] = (1,)
     """one run per seed (env.seed)."""
     agent: str | None = None
-    """random or bot: evaluated only, no training (then `env` and `episodes` apply)."""
+    """an agent kind that is evaluated only, with no training (random, bot; then `env` and `episodes` apply)."""
     episodes: int = 200
     """evaluation episodes of an evaluation-only agent."""
     name: str = ""
@@ -72,10 +72,11 @@ class RunSpec:
 
     def check(self, where: str) -> None:
         """Refuse what the types alone allow; `where` names the entry (runs.NAME)."""
-        if self.agent is not None and self.agent not in EVAL_ONLY:
-            raise ConfigError(f"{where}.agent must be one of {', '.join(EVAL_ONLY)} (trained agents take a config)")
+        evaluated = kinds_where(lambda kind: not kind.trains)
+        if self.agent is not None and self.agent not in evaluated:
+            raise ConfigError(f"{where}.agent must be one of {', '.join(evaluated)} (trained agents take a config)")
         if (self.agent is None) == (self.config is None):
-            raise ConfigError(f"{where}: give either config (a trained agent) or agent (random, bot)")
+            raise ConfigError(f"{where}: give either config (a trained agent) or agent ({', '.join(evaluated)})")
         if self.config is not None and not Path(self.config).is_file():
             raise ConfigError(f"{where}.config: config file {self.config} not found")
         if not self.seeds or min(self.seeds) < 0:
@@ -154,12 +155,15 @@ def run_dir(experiment: Experiment, spec: RunSpec, seed: int) -> Path:
 
 def train_overrides(experiment: Experiment, spec: RunSpec, seed: int) -> list[str]:
     """The experiment's shared settings, then the run's own overrides (which win)."""
-    cfg = load_train_config(spec.config, spec.overrides)
+    kind = agent_kind(load_train_config(spec.config, spec.overrides).agent.kind)
+    if kind.trainer is None:
+        raise ConfigError(f"{spec.config} is a config of agent kind {kind.name}, which is evaluated, not trained: "
+                          f"give the entry agent: {kind.name} in place of config")
     shared = [f"env.seed={seed}"]
     if experiment.env is not None:
         shared.append(f"env.id={experiment.env}")
-    if experiment.frames is not None:
-        shared.append(f"{'drrn' if cfg.agent.kind == 'drrn' else 'ppo'}.total_frames={experiment.frames}")
+    if experiment.frames is not None:  # ppo.total_frames, drrn.total_frames: the budget of the kind's loop
+        shared.append(f"{kind.trainer.frames_field}={experiment.frames}")
     if experiment.minutes is not None:
         shared.append(f"run.max_minutes={experiment.minutes}")
     return [*shared, *spec.overrides]
@@ -205,7 +209,7 @@ def is_finished(experiment: Experiment, spec: RunSpec, seed: int) -> bool:
     if not rows:
         return False
     cfg = load_train_config(spec.config, train_overrides(experiment, spec, seed))
-    total = cfg.drrn.total_frames if cfg.agent.kind == "drrn" else cfg.ppo.total_frames
+    total = agent_kind(cfg.agent.kind).trainer.total_frames(cfg)
     capped = cfg.run.max_minutes is not None and rows[-1].get("duration", 0) >= 60 * cfg.run.max_minutes
     return rows[-1]["frames"] >= total or capped
 

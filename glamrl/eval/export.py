@@ -205,7 +205,7 @@ def _training_section(run_dir: Path, trainer: str, progress: Progress) -> list[s
         rows = read_log(run_dir)
     except LogNotFoundError:
         return lines
-    recent = [r for r in rows[-10:] if not math.isnan(r["success_rate"])]  # nan: no episode ended
+    recent = [r for r in rows[-10:] if not math.isnan(r.get("success_rate", math.nan))]  # nan or absent: none ended
     if recent:
         last = recent[-1]
         mean = sum(r["success_rate"] for r in recent) / len(recent)

@@ -4,7 +4,9 @@ Runs whose `config.yaml` are equal once `env.seed` is removed are seeds of one
 experiment: they are drawn as their mean over seeds with a min–max band, on a frame grid
 they all cover (interpolated, cut to the shortest run). Other runs get one line each. Each
 line is labelled by its agent kind, model and level, then its run names, so runs of
-different agent kinds (llm, npae, drrn, symbolic, bc) compare on one figure.
+different agent kinds (llm, npae, drrn, symbolic, bc) compare on one figure. Any log.csv
+column can be drawn; subplots are titled by the metric's label (`glamrl.run.metrics`), and
+each run's curve may be smoothed by a trailing moving average before it is grouped.
 """
 
 from __future__ import annotations
@@ -21,13 +23,20 @@ import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
 from glamrl.config import load_yaml  # noqa: E402
+from glamrl.errors import GlamrlError  # noqa: E402
 from glamrl.files import atomic_output  # noqa: E402
 from glamrl.run.dir import MARKER  # noqa: E402
 from glamrl.run.dir import RunDir  # noqa: E402
 from glamrl.run.log import read_log  # noqa: E402
+from glamrl.run.metrics import LOG_METRICS, column_order, label  # noqa: E402
 
 GRID_POINTS = 200
 SUFFIXES = (".png", ".pdf", ".svg")  # the figure formats `plot --out` takes
+DEFAULT_METRICS = ("success_rate", "return_mean")
+
+
+class UnknownMetricError(GlamrlError, ValueError):
+    """A metric to plot that is neither a column of the runs' logs nor a metric glamrl logs."""
 
 
 def config_key(run_dir: Path) -> str:
@@ -69,12 +78,30 @@ def group_runs(run_dirs: Sequence[str | os.PathLike]) -> list[list[Path]]:
     return list(groups.values())
 
 
-def _curve(rows: list[dict[str, float]], x: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """(x, metric) of the rows that have both; x "minutes" is the wall-clock `duration` in minutes."""
+def check_metrics(metrics: Sequence[str], logs: Sequence[list[dict[str, float]]]) -> None:
+    """Refuse, in one line listing the logs' columns, a metric that no log holds and that glamrl never logs."""
+    columns = column_order(key for rows in logs for key in (rows[0] if rows else ()))  # a log's rows: one header
+    for metric in metrics:
+        if metric not in columns and metric not in LOG_METRICS:
+            raise UnknownMetricError(f"no metric {metric!r} in the runs' logs; available: "
+                                     f"{', '.join(columns or LOG_METRICS)}")
+
+
+def moving_average(ys: np.ndarray, window: int) -> np.ndarray:
+    """Trailing mean of the last `window` points (fewer at the start): point i is the mean of ys[i-window+1 .. i]."""
+    sums = np.concatenate([[0.0], np.cumsum(ys)])
+    end = np.arange(1, len(ys) + 1)
+    start = np.maximum(0, end - window)
+    return (sums[end] - sums[start]) / (end - start)
+
+
+def _curve(rows: list[dict[str, float]], x: str, metric: str, smooth: int) -> tuple[np.ndarray, np.ndarray]:
+    """(x, metric) of the rows that have both, the metric smoothed over `smooth` of them; x "minutes" is the
+    wall-clock `duration` in minutes."""
     xs = np.array([r.get("duration", np.nan) / 60 if x == "minutes" else r.get(x, np.nan) for r in rows])
     ys = np.array([r.get(metric, np.nan) for r in rows])
     keep = ~(np.isnan(xs) | np.isnan(ys))
-    return xs[keep], ys[keep]
+    return xs[keep], moving_average(ys[keep], smooth)
 
 
 def _plot_group(ax: plt.Axes, curves: list[tuple[np.ndarray, np.ndarray]], label: str) -> None:
@@ -89,25 +116,32 @@ def _plot_group(ax: plt.Axes, curves: list[tuple[np.ndarray, np.ndarray]], label
 
 
 def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: str = "frames",
-              metrics: Sequence[str] = ("success_rate", "return_mean"), labels: dict[Path, str] | None = None,
-              baselines: dict[str, dict[str, float]] | None = None) -> Path:
-    """Plot `metrics` against `x` (a log column, or "minutes" of wall clock) for the runs, one subplot per
-    metric; return the PNG path. `labels` names a group by its first run (default: agent, model, level and
-    run names); `baselines` draws {label: {metric: value}} as horizontal dashed lines (evaluated agents).
+              metrics: Sequence[str] = DEFAULT_METRICS, labels: dict[Path, str] | None = None,
+              baselines: dict[str, dict[str, float]] | None = None, smooth: int = 1) -> Path:
+    """Plot `metrics` (log.csv columns) against `x` (a column, or "minutes" of wall clock) for the runs, one
+    subplot per metric titled by its label; return the PNG path. `smooth`: each run's curve is the moving
+    average of its last `smooth` points (1: as logged). `labels` names a group by its first run (default:
+    agent, model, level and run names); `baselines` draws {label: {metric: value}} as horizontal dashed lines
+    (evaluated agents).
 
-    Raises `LogNotFoundError` naming the run when a run directory has no log.csv.
+    Raises `LogNotFoundError` naming the run when a run directory has no log.csv, and `UnknownMetricError`
+    listing the columns for a metric that no log holds and glamrl never logs.
     """
+    if smooth < 1:
+        raise ValueError(f"plot_runs: smooth must be a window of >= 1 points, got {smooth}")
     groups = group_runs(run_dirs)
     logs = {run: read_log(run) for group in groups for run in group}
+    check_metrics(metrics, list(logs.values()))
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         for group in groups:
-            label = (labels or {}).get(group[0]) or f"{agent_label(group[0])}: {', '.join(run.name for run in group)}"
-            _plot_group(ax, [_curve(logs[run], x, metric) for run in group], label)
+            legend = (labels or {}).get(group[0]) or f"{agent_label(group[0])}: {', '.join(run.name for run in group)}"
+            _plot_group(ax, [_curve(logs[run], x, metric, smooth) for run in group], legend)
         for name, values in (baselines or {}).items():
             if metric in values:
                 ax.axhline(values[metric], linestyle="--", color="grey", label=name)
-        ax.set(xlabel="wall-clock minutes" if x == "minutes" else x, ylabel=metric, title=metric)
+        ax.set(xlabel="wall-clock minutes" if x == "minutes" else label(x), title=label(metric),
+               ylabel=metric if smooth == 1 else f"{metric} (moving average of {smooth})")
         ax.grid(alpha=0.3)
     if axes[0][0].get_legend_handles_labels()[0]:  # no curve yet when no episode has ended
         axes[0][0].legend(fontsize="small")

@@ -61,6 +61,7 @@ from glamrl.files import check_writable_dir, is_temp_of, remove, remove_stale_te
 if TYPE_CHECKING:
     from glamrl.run.checkpoint import Checkpoint
     from glamrl.run.log import RunLogger
+    from glamrl.run.trackers import Tracker
 
 CONFIG_FILE = "config.yaml"
 HISTORY_FILE = "config_history.yaml"
@@ -340,11 +341,13 @@ class RunDir:
         state = load_checkpoint(self)
         return None if state is None else Checkpoint.from_dict(state)
 
-    def open_log(self, resume_after_update: int | None = None, tensorboard: bool = True) -> RunLogger:
-        """log.csv (and tb/), cut back to `resume_after_update` when resuming, else started afresh."""
+    def open_log(self, resume_after_update: int | None = None, tensorboard: bool = True,
+                 tracker: Tracker | None = None) -> RunLogger:
+        """log.csv (and tb/, and the `tracker`), cut back to `resume_after_update` when resuming, else started
+        afresh."""
         from glamrl.run.log import RunLogger
 
-        return RunLogger(self, resume_after_update, tensorboard)
+        return RunLogger(self, resume_after_update, tensorboard, tracker)
 
 
 # ------------------------------------------------------------------ finding runs from any path

@@ -1,8 +1,11 @@
-"""Run logs: `RUN_DIR/log.csv` with GLAM's columns, TensorBoard scalars in `RUN_DIR/tb/`.
+"""Run logs: `RUN_DIR/log.csv`, TensorBoard scalars in `RUN_DIR/tb/`, and the run's tracker, one stream.
 
-One CSV row per PPO update, flushed and fsynced as it is written. On resume the CSV is
-cut back to the checkpointed update, so a crash between a log row and the checkpoint
-that follows it never leaves duplicate rows.
+One CSV row per logged row of metrics, flushed and fsynced as it is written. Every key a loop logs is a
+column: a key not seen before adds one (SB3's CSV output does the same), the file rewritten atomically with
+the wider header and the earlier rows' new cells empty; the columns stay in `glamrl.run.metrics`' order
+(GLAM's first), unlisted ones after them. TensorBoard and the tracker get the same keys under their tags
+(`glamrl.run.metrics.tag`). On resume the CSV is cut back to the checkpointed update, so a crash between a
+log row and the checkpoint that follows it never leaves duplicate rows.
 """
 
 from __future__ import annotations
@@ -19,19 +22,8 @@ import numpy as np
 from glamrl.errors import GlamrlError
 from glamrl.files import atomic_output, writing
 from glamrl.run.dir import RunDir
-
-CSV_COLUMNS = (
-    "update", "episodes", "frames", "FPS", "duration",
-    "return_mean", "return_std", "return_min", "return_max", "success_rate",
-    "num_frames_mean", "num_frames_std", "num_frames_min", "num_frames_max",
-    "entropy", "policy_loss", "value_loss", "loss", "grad_norm",
-    "approx_kl", "clipfrac", "explained_variance",
-    "collect_FPS", "update_FPS", "first_ratio_dev",
-)
-LOSS_COLUMNS = {"entropy", "policy_loss", "value_loss", "loss", "grad_norm",
-                "approx_kl", "clipfrac", "explained_variance", "first_ratio_dev"}
-# CleanRL's names where they differ from the CSV column.
-TB_RENAMES = {"return_mean": "charts/episodic_return", "num_frames_mean": "charts/episodic_length"}
+from glamrl.run.metrics import column_order, tag
+from glamrl.run.trackers import Tracker
 
 
 class LogNotFoundError(GlamrlError, FileNotFoundError):
@@ -40,15 +32,6 @@ class LogNotFoundError(GlamrlError, FileNotFoundError):
 
 class LogFormatError(GlamrlError, ValueError):
     """A log.csv that glamrl did not write: a cell that is not a number, a row of another width."""
-
-
-def tb_tag(key: str) -> str:
-    """TensorBoard tag of a metric: `losses/*` for the update, `charts/*` for the rest."""
-    if "/" in key:
-        return key
-    if key in TB_RENAMES:
-        return TB_RENAMES[key]
-    return f"losses/{key}" if key in LOSS_COLUMNS else f"charts/{key}"
 
 
 def _write_atomic(path: Path, rows: list[list[str]]) -> None:
@@ -75,7 +58,7 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
         if cells:
             rows.append((number, cells))
     if not rows:
-        return list(CSV_COLUMNS), []
+        return [], []
     (_, header), body = rows[0], rows[1:]
     for number, cells in body:
         if len(cells) != len(header):
@@ -89,21 +72,20 @@ def _truncate(path: Path, after_update: int) -> list[dict[str, str]]:
     header, body = _read_rows(path)
     kept = [cells for number, cells in body if _number(cells[header.index("update")], path, number, "update")
             <= after_update]
-    _write_atomic(path, [header, *kept])
+    _write_atomic(path, [header, *kept] if header else [])
     return [dict(zip(header, r)) for r in kept]
 
 
 class RunLogger:
-    """Append one row per update to log.csv and write the same metrics to TensorBoard.
+    """Append one row per update to log.csv and send the same metrics to TensorBoard and the tracker.
 
-    `resume_after_update`: the update of the checkpoint being resumed; rows after it are
-    dropped. None starts a fresh log, replacing any existing one. `log()` needs `update`
-    and `frames` (the TensorBoard global step); keys outside `CSV_COLUMNS` go only to
-    TensorBoard.
+    `resume_after_update`: the update of the checkpoint being resumed; rows after it are dropped. None starts a
+    fresh log, replacing any existing one. `log()` needs `update` and `frames` (the TensorBoard and tracker
+    step); any other key is a column. `tracker` (`glamrl.run.trackers.open_tracker`) is finished by `close`.
     """
 
     def __init__(self, run_dir: str | os.PathLike, resume_after_update: int | None = None,
-                 tensorboard: bool = True) -> None:
+                 tensorboard: bool = True, tracker: Tracker | None = None) -> None:
         run = RunDir(run_dir)
         run.path.mkdir(parents=True, exist_ok=True)
         self.path = run.log
@@ -111,11 +93,8 @@ class RunLogger:
         if resume_after_update is not None and self.path.exists():
             kept = _truncate(self.path, resume_after_update)
         else:
-            _write_atomic(self.path, [list(CSV_COLUMNS)])
-        with open(self.path, newline="") as f:
-            self._columns = next(csv.reader(f))  # a resumed log keeps its own header
-        self._file = open(self.path, "a", newline="")
-        self._csv = csv.DictWriter(self._file, fieldnames=self._columns, extrasaction="ignore")
+            _write_atomic(self.path, [])
+        self._open(_read_rows(self.path)[0])  # a resumed log keeps its own header
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -123,27 +102,53 @@ class RunLogger:
             # Hide TensorBoard points logged after the checkpoint by the run being resumed.
             purge_step = int(float(kept[-1]["frames"])) + 1 if kept and kept[-1].get("frames") else None
             self._tb = SummaryWriter(str(run.tensorboard), purge_step=purge_step)
+        self._tracker = tracker
+
+    def _open(self, columns: list[str]) -> None:
+        self._columns = columns
+        self._file = open(self.path, "a", newline="")
+        self._csv = csv.DictWriter(self._file, fieldnames=columns, restval="")
+
+    def _add_columns(self, new: list[str]) -> None:
+        """Rewrite log.csv atomically with the columns `new` added, the rows so far holding empty cells there."""
+        header, body = _read_rows(self.path)
+        columns = column_order([*header, *new])
+        rows = [dict(zip(header, cells)) for _, cells in body]
+        self._file.close()
+        _write_atomic(self.path, [columns, *([row.get(c, "") for c in columns] for row in rows)])
+        self._open(columns)
 
     def log(self, metrics: dict[str, Any]) -> None:
-        """Write one update's metrics (None or NaN values are left empty / not plotted)."""
+        """Write one update's metrics, numbers all (None or NaN: left empty in the CSV, not sent elsewhere)."""
         for key in ("update", "frames"):
             if key not in metrics:
                 raise KeyError(f"RunLogger.log needs {key!r} in the metrics, got {sorted(metrics)}")
+        for key, value in metrics.items():
+            if not (value is None or isinstance(value, (int, float, np.number))):
+                raise TypeError(f"RunLogger.log: {key!r} is {value!r}, not a number")
         with writing(self.path):
+            if new := [key for key in metrics if key not in self._columns]:
+                self._add_columns(new)
             self._csv.writerow({k: "" if _missing(v) else v for k, v in metrics.items()})
             self._file.flush()
             os.fsync(self._file.fileno())
+        scalars = {tag(key): float(value) for key, value in metrics.items() if not _missing(value)}
+        step = int(metrics["frames"])
         if self._tb is not None:
-            step = int(metrics["frames"])
-            for key, value in metrics.items():
-                if key != "frames" and not _missing(value) and isinstance(value, (int, float, np.number)):
-                    self._tb.add_scalar(tb_tag(key), float(value), step)
+            for name, value in scalars.items():
+                self._tb.add_scalar(name, value, step)
             self._tb.flush()
+        if self._tracker is not None:
+            self._tracker.log(scalars, step)
 
-    def close(self) -> None:
+    def close(self, curves: Path | None = None) -> None:
+        """Close the log, and finish the tracker with the run's `curves` image (None: none drawn)."""
         self._file.close()
         if self._tb is not None:
             self._tb.close()
+        if self._tracker is not None:
+            self._tracker.finish(curves)
+            self._tracker = None
 
     def __enter__(self) -> RunLogger:
         return self

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from glamrl.agents.factory import AgentKindError, make_model
+from glamrl.agents.factory import make_model
 from glamrl.config import TrainConfig
 from glamrl.eval.demos import DemoFileError, read_demos
 from glamrl.run.checkpoint import Progress
@@ -68,9 +68,8 @@ def bc_loss(policy: torch.nn.Module, prompts: list[str], actions: torch.Tensor,
 @holds_run_lock
 def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, progress: bool = True,
              say: Callable[[str], None] = print) -> TrainResult:
-    """Clone the demonstrations of `data` into the LLM policy `cfg` describes (or resume RUN_DIR)."""
-    if cfg.agent.kind != "llm":
-        raise AgentKindError(f"behavioural cloning trains agent kind 'llm', not {cfg.agent.kind!r}")
+    """Clone the demonstrations of `data` into the LLM policy `cfg` describes (or resume RUN_DIR): bc.epochs
+    passes, or up to the first log row past run.max_minutes."""
     records = read_demos(data, cfg.prompt.actions, cfg.prompt.nbr_obs)
     prompts = [r["prompt"] for r in records]
     actions = torch.tensor([r["action_index"] for r in records])                    # (R,)
@@ -92,7 +91,8 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
     success_before = session.begin(policy, "before cloning")
     bar = tqdm(total=total_frames, initial=frames, unit="record", disable=not session.progress)
     start_time, row_start, row_frames, losses, grad_norms = time.time() - duration, time.time(), 0, [], []
-    while frames < total_frames:
+    stop = session.out_of_time(duration)  # run.max_minutes counts the run's training time over every invocation
+    while frames < total_frames and not stop:
         # ---- 1. the next minibatch: epoch e visits the records in a permutation fixed by (seed, e), from the
         # record the run reached (whatever the batch size of the steps before); an epoch's last one may be shorter
         epoch, offset = divmod(frames, R)
@@ -116,10 +116,11 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
                        "FPS": row_frames / (time.time() - row_start),
                        "duration": time.time() - start_time,
                        "loss": float(np.mean(losses)), "grad_norm": float(np.mean(grad_norms))}
+            stop = session.out_of_time(metrics["duration"])
             session.log(metrics)
             session.save(policy, optimizer, Progress(update, frames, 0, metrics["duration"]), extra={"data": demos})
             bar.set_postfix(loss=f"{metrics['loss']:.3f}")
             row_start, row_frames, losses, grad_norms = time.time(), 0, [], []
     bar.close()
 
-    return session.finish(policy, update, frames, success_before, "after cloning")
+    return session.finish(policy, update, frames, success_before, "after cloning", curves=("loss",))

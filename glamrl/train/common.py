@@ -13,7 +13,7 @@ through its session in the same order:
         ...
         session.log(metrics)
         session.save(model, optimizer, Progress(update, frames, episodes, duration), extra={...})
-    return session.finish(model, update, frames, success_before)   # the log closed, the run evaluated
+    return session.finish(model, update, frames, success_before)   # curves drawn, log closed, run evaluated
 
 The config is recorded only once the envs and the model could be built and the checkpoint restored into
 them: a start that fails leaves the run directory as it was. Under torchrun rank 0 alone reads and writes
@@ -24,7 +24,8 @@ the run directory: the other ranks receive its checkpoint (or its refusal), stay
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from glamrl.agents.factory import make_agent
-from glamrl.config import TrainConfig
+from glamrl.agents.registry import LOOP_RUN_FIELDS, SHARED_SECTIONS, check_trains, trainer
+from glamrl.config import ConfigError, TrainConfig, changed_fields, flatten, load_yaml
 from glamrl.errors import GlamrlError
 from glamrl.parallel import distributed, sharding
 from glamrl.rollout import eval_seed, run_episodes, summarize
@@ -40,13 +42,10 @@ from glamrl.run import checkpoint
 from glamrl.run.checkpoint import Checkpoint, Progress, rng_state, seed_everything, set_rng_state
 from glamrl.run.dir import RunDir
 from glamrl.run.log import RunLogger, read_log
+from glamrl.run.trackers import check_installed, open_tracker
 
 if TYPE_CHECKING:
     from glamrl.llm.compiled import CompiledBlocks
-
-TRAINERS = {"ppo": "update", "drrn": "row", "bc": "step"}
-"""The training loops (a checkpoint's `trainer`), and what one row of each one's log counts."""
-
 
 @dataclass
 class TrainResult:
@@ -68,7 +67,7 @@ class Session:
     cfg: TrainConfig
     run: RunDir
     trainer: str
-    """the loop: a key of `TRAINERS`."""
+    """the loop: a key of `glamrl.agents.registry.TRAINERS`."""
     resumed: Checkpoint | None
     """the checkpoint being resumed; None for a new run."""
     say: Callable[[str], None]
@@ -94,6 +93,11 @@ class Session:
         """Whether `duration` seconds of training (the run's, summed over its invocations) used up run.max_minutes."""
         return self.cfg.run.max_minutes is not None and duration >= 60 * self.cfg.run.max_minutes
 
+    def reached_success(self, metrics: dict[str, Any]) -> bool:
+        """Whether a log row's training episodes reached run.stop_at_success (none ended: they did not)."""
+        target = self.cfg.run.stop_at_success
+        return target is not None and metrics.get("success_rate", math.nan) >= target
+
     def restoring(self) -> contextlib.AbstractContextManager:
         """A block whose loads from the resumed checkpoint become one error line when they do not fit the config."""
         return checkpoint.restoring(f"the checkpoint in {self.run.checkpoints}", self.resumed.config, self.cfg.to_dict(),
@@ -117,7 +121,7 @@ class Session:
         with no evaluation episodes)."""
         if self.resumed is not None:
             done = self.resumed.progress
-            self.say(f"resuming {self.run} after {TRAINERS[self.trainer]} {done.update} ({done.frames} frames)")
+            self.say(f"resuming {self.run} after {trainer(self.trainer).row} {done.update} ({done.frames} frames)")
         if self.is_main:
             resolved = getattr(model, "resolved", {})
             for key, r in resolved.items():
@@ -127,7 +131,9 @@ class Session:
         success = (report_success(self.cfg, model, when, self.say, self._saver("eval_before.json", Progress()))
                    if self.resumed is None else None)
         if self.is_main:
-            self.logger = self.run.open_log(self.resumed_update, tensorboard=self.cfg.run.tensorboard)
+            run = self.cfg.run  # the tracker gets config.yaml as recorded, `resolved` included
+            tracker = open_tracker(run.tracker, run.tracker_project, self.run.path.name, load_yaml(self.run.config))
+            self.logger = self.run.open_log(self.resumed_update, tensorboard=run.tensorboard, tracker=tracker)
         return success
 
     def log(self, metrics: dict[str, Any]) -> None:
@@ -135,7 +141,7 @@ class Session:
         if self.logger is not None:
             self.logger.log(metrics)
         if self.compiled_blocks is not None:  # model.compile: the first passes' compile time, said once
-            self.say(self.compiled_blocks.report(f"{TRAINERS[self.trainer]} {metrics['update']}"))
+            self.say(self.compiled_blocks.report(f"{trainer(self.trainer).row} {metrics['update']}"))
             self.compiled_blocks = None
 
     def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, progress: Progress,
@@ -148,10 +154,13 @@ class Session:
                                                 self.cfg.to_dict(), extra or {}))
 
     def finish(self, model: torch.nn.Module, updates: int, frames: int, success_before: float | None,
-               when: str = "after training") -> TrainResult:
-        """Close the log and evaluate the trained model."""
+               when: str = "after training", curves: Sequence[str] = ("success_rate", "return_mean")) -> TrainResult:
+        """Draw the log's `curves` (metric names) into RUN_DIR/curves.png, close the log (its tracker getting
+        the image), and evaluate the trained model."""
         if self.logger is not None:
-            self.logger.close()
+            from glamrl.eval.plot import plot_runs
+
+            self.logger.close(plot_runs([self.run.path], self.run.curves, metrics=curves))
         return TrainResult(self.run.path, updates, frames, success_before,
                            report_success(self.cfg, model, when, self.say,
                                           self._saver("eval_after.json", Progress(updates, frames))))
@@ -168,12 +177,16 @@ class Session:
 
 def open_session(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str, progress: bool = True,
                  say: Callable[[str], None] = print) -> Session:
-    """Check the launch, read RUN_DIR's last checkpoint when resuming, and seed everything.
+    """Check that the loop `trainer` trains this agent kind and reads every field the config sets, check the
+    launch, read RUN_DIR's last checkpoint when resuming, and seed everything.
 
-    `trainer` (a key of `TRAINERS`) must be the loop that wrote the checkpoint. Under torchrun rank 0 reads
-    the checkpoint and the other ranks receive it (or its refusal); only rank 0 speaks and draws progress.
+    `trainer` (a key of `glamrl.agents.registry.TRAINERS`) must be the loop that wrote the checkpoint. Under
+    torchrun rank 0 reads the checkpoint and the other ranks receive it (or its refusal); only rank 0 speaks and
+    draws progress.
     """
+    check_reads(cfg, trainer)
     sharding.check_launch(cfg.run.sharding)
+    check_installed(cfg.run.tracker)
     if not distributed.current().is_main:
         progress, say = False, lambda _: None
     run = RunDir(run_dir)
@@ -184,6 +197,24 @@ def open_session(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str, pr
             f"with agent.init_from={run} and another --run-dir")
     seed_everything(cfg.env.seed)  # the same initial weights on every rank
     return Session(cfg, run, trainer, state, say, progress)
+
+
+def check_reads(cfg: TrainConfig, loop: str) -> None:
+    """Refuse, in one line, a config that the training loop `loop` cannot honour whole: an agent kind it does not
+    train, or fields set to other than their defaults that neither it nor the kind reads (another loop's section,
+    a `run` field it does not honour)."""
+    kind = check_trains(cfg.agent.kind, loop)
+    declared = trainer(loop)
+    sections = {*SHARED_SECTIONS, *declared.sections, *([kind.section] if kind.section else [])}
+    ignored_run = {f"run.{name}" for name in LOOP_RUN_FIELDS if name not in declared.run_fields}
+    ignored = [key for key in changed_fields(TrainConfig().to_dict(), cfg.to_dict())
+               if key.split(".")[0] not in sections or key in ignored_run]
+    if ignored:
+        values, them = flatten(cfg.to_dict()), "them" if len(ignored) > 1 else "it"
+        but = f", not {', '.join(sorted(ignored_run))}" if ignored_run else ""
+        raise ConfigError(f"{', '.join(f'{key}={values[key]}' for key in ignored)}: the {loop} loop does not read "
+                          f"{them}; for agent kind {kind.name} it reads the sections {', '.join(sorted(sections))}"
+                          f"{but}: leave {them} out")
 
 
 def resumed_state(run: RunDir) -> Checkpoint | None:

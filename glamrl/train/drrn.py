@@ -28,7 +28,7 @@ import torch
 from tqdm import tqdm
 
 from glamrl.agents.drrn import DRRNAgent, DRRNetwork, Exploration
-from glamrl.agents.factory import AgentKindError, make_agent, make_model
+from glamrl.agents.factory import make_agent, make_model
 from glamrl.config import DRRNConfig, TrainConfig
 from glamrl.rl.dqn import double_q_loss, linear_epsilon
 from glamrl.rl.replay import ReplayMemory
@@ -67,9 +67,8 @@ def exploration(cfg: DRRNConfig, frames: int) -> Exploration:
 @holds_run_lock
 def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool = True,
                say: Callable[[str], None] = print) -> TrainResult:
-    """Train (or resume, from RUN_DIR's last checkpoint) the DRRN agent `cfg` describes."""
-    if cfg.agent.kind != "drrn":
-        raise AgentKindError(f"train_drrn trains agent kind 'drrn', not {cfg.agent.kind!r}")
+    """Train (or resume, from RUN_DIR's last checkpoint) the DRRN agent `cfg` describes: up to drrn.total_frames,
+    or the first row past run.max_minutes or reaching run.stop_at_success."""
     session = open_session(cfg, run_dir, resume, "drrn", progress, say)
     d, N = cfg.drrn, cfg.env.num_envs
     steps_per_row = max(1, d.log_every // N)  # vector steps of a full row
@@ -130,10 +129,10 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
             "FPS": row_steps * N / (time.time() - row_start), "duration": time.time() - start_time,
             **episode_stats([e.episode_return for e in finished], [e.episode_length for e in finished],
                             [e.success for e in finished]),
-            **{k: float(np.mean([st[k] for st in stats])) for k in ("loss", "grad_norm", "q_mean") if stats},
+            **{k: float(np.mean([st[k] for st in stats])) for k in (stats[0] if stats else ())},  # q_learning_step's
             "epsilon": agent.exploration.epsilon,
         }
-        stop = session.out_of_time(metrics["duration"])
+        stop = session.out_of_time(metrics["duration"]) or session.reached_success(metrics)
         session.log(metrics)
         if update % cfg.run.checkpoint_every == 0 or frames >= d.total_frames or stop:
             session.save(network, optimizer, Progress(update, frames, episodes, metrics["duration"]),

@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 from glamrl.agents.base import ActorCriticNetwork
-from glamrl.agents.factory import AgentKindError, make_agent, make_model
+from glamrl.agents.factory import make_agent, make_model
 from glamrl.config import PPOConfig, TrainConfig
 from glamrl.errors import GlamrlError
 from glamrl.eval.probes import read_run_probes, start_probe_log
@@ -36,24 +36,19 @@ from glamrl.run.dir import holds_run_lock
 from glamrl.run.log import episode_stats
 from glamrl.train.common import TrainResult, open_session, seed_everything
 
-PPO_KINDS = ("llm", "symbolic")
-LOSS_TERMS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
-
-
 class TrainingDiverged(GlamrlError, RuntimeError):
     """The PPO loss became NaN or infinite."""
 
 
 @holds_run_lock
-def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool = True,
-          say: Callable[[str], None] = print) -> TrainResult:
-    """Train (or resume, from RUN_DIR's last checkpoint) the PPO agent `cfg` describes (llm or symbolic).
+def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool = True,
+              say: Callable[[str], None] = print) -> TrainResult:
+    """Train (or resume, from RUN_DIR's last checkpoint) the PPO agent `cfg` describes (a kind the registry
+    trains with ppo: llm, symbolic).
 
     Holds RUN_DIR's lock throughout: a second process on the same run directory is refused.
     Under torchrun (see `glamrl.parallel.distributed`) every rank calls this; rank 0 alone touches RUN_DIR.
     """
-    if cfg.agent.kind not in PPO_KINDS:
-        raise AgentKindError(f"PPO trains agent kinds {', '.join(PPO_KINDS)}, not {cfg.agent.kind!r}")
     session = open_session(cfg, run_dir, resume, "ppo", progress, say)
     ranks, p = distributed.current(), cfg.ppo
     N, T, K, R = cfg.env.num_envs, p.num_steps, ranks.world_size, cfg.recurrence  # R: steps per replayed sequence
@@ -157,15 +152,17 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
         update_time = time.time() - update_start - collect_time
 
         # ---- 5. log, then checkpoint (a kill in between replays this update on resume)
+        # every term of PPOLoss and grad_norm, over the update's chunks (ratio_dev: first_ratio_dev below)
+        terms = sorted({name for st in stats for name in st} - {"ratio_dev"})  # one order on every rank
         losses = distributed.average(torch.tensor([np.nanmean([st.get(name, np.nan) for st in stats])
-                                                   for name in LOSS_TERMS], dtype=torch.float64))
+                                                   for name in terms], dtype=torch.float64))
         metrics = {
             "update": update, "frames": frames, "episodes": episodes,
             "FPS": frames_per_update / (collect_time + update_time), "duration": time.time() - start_time,
             "collect_FPS": frames_per_update / collect_time, "update_FPS": frames_per_update / update_time,
             **episode_stats([e.episode_return for e in finished], [e.episode_length for e in finished],
                             [e.success for e in finished]),
-            **dict(zip(LOSS_TERMS, losses.tolist())),
+            **dict(zip(terms, losses.tolist())),
             "explained_variance": explained,
             **value_norm.metrics(),
             "first_ratio_dev": max(st["ratio_dev"] for st in stats[:p.grad_accum]),
@@ -176,8 +173,7 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool 
                     probes.record(policy, update, frames)
         if cfg.run.max_minutes is not None:  # rank 0's clock decides for all ranks
             stop = distributed.broadcast_object(session.out_of_time(metrics["duration"]))
-        if cfg.run.stop_at_success is not None and finished:  # the same gathered episodes on every rank
-            stop = stop or metrics["success_rate"] >= cfg.run.stop_at_success
+        stop = stop or session.reached_success(metrics)  # the same gathered episodes on every rank
         session.log(metrics)
         if update % cfg.run.checkpoint_every == 0 or frames >= p.total_frames or stop:
             session.save(policy, optimizer, Progress(update, frames, episodes, metrics["duration"]),

@@ -1,0 +1,78 @@
+"""Every experiment file shipped in configs/experiments/ runs end to end, shrunk: the same runs, agents, levels and
+overrides, with a tiny model, a few frames and a few evaluation episodes, then the report."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from glamrl.cli import main
+from glamrl.config import load_train_config
+from glamrl.eval import experiment as experiment_module
+from glamrl.run.log import read_log
+
+SHIPPED = sorted(Path("configs/experiments").glob("*.yaml"))
+FRAMES = 32
+
+
+def shrunk_overrides(config: str, overrides: list[str]) -> list[str]:
+    """The run's own overrides, then what makes it tiny: 2 envs, a 2-block random model, 16-frame updates."""
+    cfg = load_train_config(config, overrides)
+    tiny = ["env.num_envs=2", "run.eval_episodes=0", "run.tensorboard=false"]
+    if cfg.agent.kind == "drrn":
+        tiny += ["drrn.learning_starts=4", "drrn.batch_size=4", "drrn.log_every=8"]
+    else:
+        steps = max(8, cfg.symbolic.recurrence) if cfg.agent.kind == "symbolic" else 8
+        tiny += [f"ppo.num_steps={steps}", f"ppo.minibatch_size={steps}", "ppo.epochs=1"]
+    if cfg.agent.kind == "llm":
+        tiny += ["model.name=tiny-llama", "model.compile=false"]
+        if cfg.model.train_layers is not None:
+            tiny.append("model.train_layers=1")
+    merged = dict(o.split("=", 1) for o in [*overrides, *tiny])  # a key given twice is refused: tiny's wins
+    return [f"{key}={value}" for key, value in merged.items()]
+
+
+def shrink(path: Path, out: Path) -> Path:
+    """A copy of the experiment file `path` whose runs are tiny (first seed only) and write into `out`."""
+    data = yaml.safe_load(path.read_text())
+    data.update(out=str(out), frames=FRAMES, minutes=None)
+    for spec in data["runs"].values():
+        spec["seeds"] = spec.get("seeds", [1])[:1]
+        if "agent" in spec:
+            spec["episodes"] = 2
+        else:
+            spec["overrides"] = shrunk_overrides(spec["config"], spec.get("overrides", []))
+    tiny = out.parent / f"tiny_{path.name}"
+    tiny.write_text(yaml.safe_dump(data, sort_keys=False))
+    return tiny
+
+
+GLAMRL = [sys.executable, "-m", "glamrl.cli"]
+real_run = subprocess.run
+
+
+def in_process(command, *args, **kwargs):
+    """`subprocess.run`, but the runner's `python -m glamrl.cli ...` commands run in this process (the runner's
+    own subprocess path is tested in test_experiment.py): one interpreter start instead of one per run."""
+    if list(command[:3]) != GLAMRL:
+        return real_run(command, *args, **kwargs)
+    return subprocess.CompletedProcess(command, main(command[3:]))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_shipped_experiment_runs_end_to_end_shrunk(path, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(experiment_module.subprocess, "run", in_process)  # the module's, seen by all
+    tiny = shrink(path, tmp_path / "out")
+    assert main(["experiment", str(tiny)]) == 0
+    data = yaml.safe_load(tiny.read_text())
+    for name, spec in data["runs"].items():
+        run = tmp_path / "out" / f"{name}-seed{spec['seeds'][0]}"
+        if "agent" in spec:
+            assert (run / "eval.json").is_file()
+        else:
+            assert read_log(run)[-1]["frames"] >= FRAMES, name
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert all(f"| {name} |" in report or f"{name} (evaluated)" in report for name in data["runs"])
+    capsys.readouterr()
