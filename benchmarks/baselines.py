@@ -34,13 +34,12 @@ import torch
 
 from glamrl.agents.factory import make_agent, make_model, restore_agent
 from glamrl.train.bc import train_bc
-from glamrl.run.checkpoint import load_checkpoint
 from glamrl.config import load_train_config
-from glamrl.run.dir import resolve_run_config
 from glamrl.eval.demos import record_demos, write_demos
 from glamrl.eval.plot import plot_runs
 from glamrl.rollout import eval_seed, evaluate, format_table, step
-from glamrl.run.dir import run_lock
+from glamrl.run.dir import RunDir
+from glamrl.train.common import train_run_dir
 from glamrl.train.ppo import train_ppo
 from glamrl.train.drrn import train_drrn
 
@@ -64,14 +63,14 @@ def timed_training(name: str, config: str, overrides: list[str], trainer, *extra
 
     A run directory that holds another config than `config` (+ `overrides`) is refused, not resumed.
     """
-    run_dir = RUNS / f"bench-{name}"
-    with run_lock(run_dir):
-        cfg, resume = resolve_run_config(run_dir, load_train_config(config, overrides), overrides)
-        before = (load_checkpoint(run_dir) or {}).get("frames", 0) if resume else 0
-        start = time.time()
-        result = trainer(cfg, *extra, run_dir, resume=resume)
-        wall = time.time() - start
-    return run_dir, {"frames": result.frames, "wall_s": wall, "frames_per_s": (result.frames - before) / wall}
+    run = RunDir(RUNS / f"bench-{name}")
+    saved = run.load_checkpoint()  # a run resumed: what it had trained before
+    before = 0 if saved is None else saved.progress.frames
+    start = time.time()
+    result = train_run_dir(run, load_train_config(config, overrides), overrides,
+                           loop=lambda cfg, run_dir, **how: trainer(cfg, *extra, run_dir, **how))
+    wall = time.time() - start
+    return run.path, {"frames": result.frames, "wall_s": wall, "frames_per_s": (result.frames - before) / wall}
 
 
 def bench_symbolic(args: argparse.Namespace) -> dict[str, Any]:

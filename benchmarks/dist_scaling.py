@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from glamrl.run.log import read_log
+from glamrl.run.dir import RunDir
 
 
 def run(model: str, ranks: int, envs: int, steps: int, updates: int, threads: int, root: Path) -> tuple[float, float]:
@@ -40,7 +40,7 @@ def run(model: str, ranks: int, envs: int, steps: int, updates: int, threads: in
     subprocess.run([*launcher, "train", "--config", str(config), "--run-dir", str(run_dir), "--no-progress",
                     *overrides], check=True, env=env, stdout=subprocess.DEVNULL)
     wall = time.time() - start
-    fps = [row["FPS"] for row in read_log(run_dir)[1:]]
+    fps = [row["FPS"] for row in RunDir(run_dir).read_log()[1:]]
     return statistics.median(fps), wall
 
 

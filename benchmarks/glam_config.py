@@ -104,7 +104,7 @@ def run_variant(name: str, updates: int, model: str) -> dict:
     """Child process: train `updates` updates of the variant, report its figures as a dict."""
     from glamrl.config import load_train_config
     from glamrl.llm.loading import load_model
-    from glamrl.run.log import read_log
+    from glamrl.run.dir import RunDir
     from glamrl.train.ppo import train_ppo
     from benchmarks.train_speed import real_prompts
     from glamrl.envs.actions import ACTION_NAMES
@@ -120,7 +120,7 @@ def run_variant(name: str, updates: int, model: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         train_ppo(cfg, Path(tmp) / "run", progress=False, say=lambda _: None)
         peak = max(peak, matmul_flops(dtype))  # the VM's clock varies: the best of before and after training
-        rows = read_log(Path(tmp) / "run")
+        rows = RunDir(Path(tmp) / "run").read_log()
         first_update_s = float(rows[0]["duration"])  # with model.compile, mostly compilation
         rows = rows[1:] or rows  # update 1 warms up (kept when it is the only one)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

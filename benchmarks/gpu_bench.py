@@ -49,7 +49,7 @@ from benchmarks.train_speed import real_prompts
 from glamrl.agents.factory import make_model
 from glamrl.config import load_train_config
 from glamrl.llm.diagnostics import attention_kernels
-from glamrl.run.log import read_log
+from glamrl.run.dir import RunDir
 from glamrl.train.ppo import train_ppo
 
 HERE = Path(__file__).resolve().parent
@@ -204,7 +204,7 @@ def train_row(overrides: list[str], run_dir: Path, timeout_s: float) -> tuple[di
 def _last_update(run_dir: Path, status: str) -> tuple[dict | None, str]:
     """The last row of RUN_DIR's log (None if it logged nothing) and `status`; drops the checkpoints
     (gigabytes for a full fine-tuning of T5-large)."""
-    rows = read_log(run_dir) if (run_dir / "log.csv").exists() else []
+    rows = RunDir(run_dir).read_log() if (run_dir / "log.csv").exists() else []
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     if rows and status.startswith("stopped"):
         status += f" (after update {len(rows)})"

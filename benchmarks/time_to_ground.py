@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from glamrl.eval.experiment import time_to_target
-from glamrl.run.log import read_log
+from glamrl.run.dir import RunDir
 
 CONFIG = "configs/goto_cpu.yaml"
 VARIANTS = {
@@ -54,7 +54,7 @@ def ground(variant: str, args: argparse.Namespace) -> dict:
     start = time.time()
     subprocess.run(command, check=True)
     wall = time.time() - start
-    rows = read_log(run_dir)
+    rows = RunDir(run_dir).read_log()
     frames_per_update = rows[0]["frames"] if rows else 0
     collect = sum(frames_per_update / r["collect_FPS"] for r in rows) / 60
     update = sum(frames_per_update / r["update_FPS"] for r in rows) / 60

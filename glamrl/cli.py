@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from glamrl.agents.registry import AgentKindError, agent_kind, kind_names, kinds_where, load
+from glamrl.agents.registry import agent_kind, kind_names, kinds_where
 from glamrl.config import EnvConfig, ModelConfig
 from glamrl.errors import GlamrlError
 from glamrl.files import disk_failure
@@ -402,12 +401,13 @@ def cmd_demos(args: argparse.Namespace) -> None:
 def cmd_bc(args: argparse.Namespace) -> None:
     from glamrl.config import load_train_config
     from glamrl.train.bc import train_bc
+    from glamrl.train.common import train_run_dir
 
     cfg = load_train_config(args.config, args.overrides) if args.config else None
     run = RunDir(args.run_dir)
-    with run.lock():
-        cfg, resume = run.resolve_config(cfg, args.overrides, command=f"glamrl bc --data {args.data}")
-        result = train_bc(cfg, args.data, run.path, resume=resume, progress=not args.no_progress)
+    result = train_run_dir(run, cfg, args.overrides, command=f"glamrl bc --data {args.data}",
+                           loop=lambda c, run_dir, **how: train_bc(c, args.data, run_dir, **how),
+                           progress=not args.no_progress)
     print(f"cloned for {result.updates} steps ({result.frames} records); logs, checkpoints and {run.curves.name} "
           f"in {args.run_dir}")
 
@@ -427,26 +427,16 @@ def train_run(args: argparse.Namespace, cfg: TrainConfig | None = None) -> Path:
     (`glamrl.api.train`); returns the run directory."""
     from glamrl.config import ConfigError, load_train_config
     from glamrl.parallel import distributed
+    from glamrl.train.common import train_run_dir
 
-    ranks = distributed.current()
     if cfg is None and args.config:
         cfg = load_train_config(args.config, args.overrides)
     if args.run_dir is None and cfg is None:
         raise ConfigError("give --config (a new run) or --run-dir (a run to resume)")
     run = RunDir(args.run_dir) if args.run_dir is not None else RunDir.default(cfg)
-    with contextlib.ExitStack() as held:
-        def claim() -> tuple:  # rank 0 alone locks and reads the run directory; the others get its answer
-            held.enter_context(run.lock())
-            return run.resolve_config(cfg, args.overrides, overwrite=args.overwrite)
-
-        cfg, resume = distributed.from_main(claim)
-        trainer = agent_kind(cfg.agent.kind).trainer  # ppo (llm, symbolic), drrn, ...: the registry's
-        if trainer is None:
-            raise AgentKindError(f"agent.kind={cfg.agent.kind} is evaluated, not trained: "
-                                 f"glamrl eval --agent {cfg.agent.kind}")
-        result = load(trainer.loop)(cfg, run.path, resume=resume, progress=not args.no_progress)
-        if not ranks.is_main:
-            return run.path
+    result = train_run_dir(run, cfg, args.overrides, overwrite=args.overwrite, progress=not args.no_progress)
+    if not distributed.current().is_main:
+        return run.path
     print(f"trained {result.updates} updates, {result.frames} frames; logs, checkpoints and {run.curves.name} "
           f"in {run}")
     if result.success_before is not None and result.success_after is not None:

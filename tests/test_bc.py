@@ -9,13 +9,13 @@ import pytest
 
 from glamrl.agents.factory import restore_agent
 from glamrl.agents.registry import AgentKindError
+from glamrl.run.dir import RunDir
 from glamrl.train.bc import train_bc
 from glamrl.run.checkpoint import load_checkpoint
 from glamrl.config import AgentConfig, ConfigError, load_train_config
 from glamrl.eval.demos import DemoFileError, read_demos
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.rollout import eval_seed, evaluate
-from glamrl.run.log import read_log
 from glamrl.train.common import TrainerMismatchError, evaluate_policy
 from glamrl.train.ppo import train_ppo
 
@@ -54,10 +54,11 @@ def test_cloning_a_tiny_llm_beats_random_and_ppo_starts_from_it(demos, tmp_path)
     run = tmp_path / "bc"
     cfg = load_train_config(None, TINY)
     result = train_bc(cfg, demos, run, progress=False, say=lambda _: None)
-    assert result.updates == 78 and load_checkpoint(run)["update"] == 78
-    assert set(load_checkpoint(run)) == {"trainer", "update", "frames", "episodes", "duration", "policy", "optimizer",
-                                         "rng", "config", "data"}  # BC's keys, and now the episodes (0) of the others
-    rows = read_log(run)
+    assert result.updates == 78 and RunDir(run).load_checkpoint().progress.update == 78
+    saved = load_checkpoint(RunDir(run).last_checkpoint, RunDir(run).backup_checkpoint)  # the dict on disk
+    assert set(saved) == {"trainer", "update", "frames", "episodes", "duration", "policy", "optimizer",
+                          "rng", "config", "data"}  # BC's keys, and now the episodes (0) of the others
+    rows = RunDir(run).read_log()
     assert [r["update"] for r in rows] == [20, 40, 60, 78] and rows[-1]["loss"] < rows[0]["loss"] / 10
 
     eval_cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, eval_episodes=100))
@@ -81,8 +82,8 @@ def test_bc_stops_after_the_row_past_max_minutes_and_refuses_what_it_cannot_hono
     run = tmp_path / "bc"
     result = train_bc(load_train_config(None, [*TINY, "run.max_minutes=1e-6"]), demos, run, progress=False,
                       say=lambda _: None)  # of 78 steps, the first row's 20 (bc.log_every)
-    assert result.updates == 20 and [r["update"] for r in read_log(run)] == [20]
-    assert load_checkpoint(run)["update"] == 20
+    assert result.updates == 20 and [r["update"] for r in RunDir(run).read_log()] == [20]
+    assert RunDir(run).load_checkpoint().progress.update == 20
     for unread in ("run.stop_at_success=0.5", "run.checkpoint_every=2", "ppo.lr=0.1"):
         with pytest.raises(ConfigError, match=f"^{unread}: the bc loop does not read it"):
             train_bc(load_train_config(None, [*TINY, unread]), demos, tmp_path / "other", progress=False,

@@ -15,6 +15,12 @@ from glamrl.run.checkpoint import (Checkpoint, CheckpointError, Progress, load_c
 from glamrl.run.dir import RunDir
 
 
+def _files(run_dir) -> tuple:
+    """The run directory's last and backup checkpoint files."""
+    run = RunDir(run_dir)
+    return run.last_checkpoint, run.backup_checkpoint
+
+
 def _trained_state(seed: int = 0) -> dict:
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
@@ -44,21 +50,21 @@ def _assert_equal(a, b) -> None:
 
 def test_round_trip_is_bitwise_equal(tmp_path):
     state = _trained_state()
-    path = save_checkpoint(tmp_path, state)
+    path = save_checkpoint(*_files(tmp_path), state)
     assert path == tmp_path / "checkpoints" / "last.pt"
-    _assert_equal(state, load_checkpoint(tmp_path))
+    _assert_equal(state, load_checkpoint(*_files(tmp_path)))
 
 
 def test_no_checkpoint_returns_none(tmp_path):
-    assert load_checkpoint(tmp_path) is None
+    assert load_checkpoint(*_files(tmp_path)) is None
 
 
 def test_rotation_keeps_previous_as_backup(tmp_path):
-    save_checkpoint(tmp_path, {"update": 1})
+    save_checkpoint(*_files(tmp_path), {"update": 1})
     assert not (tmp_path / "checkpoints" / "backup.pt").exists()
-    save_checkpoint(tmp_path, {"update": 2})
-    save_checkpoint(tmp_path, {"update": 3})
-    assert load_checkpoint(tmp_path)["update"] == 3
+    save_checkpoint(*_files(tmp_path), {"update": 2})
+    save_checkpoint(*_files(tmp_path), {"update": 3})
+    assert load_checkpoint(*_files(tmp_path))["update"] == 3
     backup = torch.load(tmp_path / "checkpoints" / "backup.pt", weights_only=True)
     assert backup["update"] == 2
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["backup.pt", "last.pt"]
@@ -66,40 +72,40 @@ def test_rotation_keeps_previous_as_backup(tmp_path):
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
 def test_corrupt_last_falls_back_to_backup(tmp_path, damage):
-    save_checkpoint(tmp_path, _trained_state(1))
-    save_checkpoint(tmp_path, {"update": 2, "w": torch.randn(100)})
+    save_checkpoint(*_files(tmp_path), _trained_state(1))
+    save_checkpoint(*_files(tmp_path), {"update": 2, "w": torch.randn(100)})
     last = tmp_path / "checkpoints" / "last.pt"
     data = last.read_bytes()
     last.write_bytes({"truncate": data[: len(data) // 2], "garbage": b"\x80not a checkpoint" * 50, "empty": b""}[damage])
     with pytest.warns(UserWarning, match="last.pt"):
-        state = load_checkpoint(tmp_path)
+        state = load_checkpoint(*_files(tmp_path))
     assert state["update"] == 3  # the backup, from _trained_state
 
 
 def test_missing_last_falls_back_to_backup(tmp_path):
-    save_checkpoint(tmp_path, {"update": 1})
-    save_checkpoint(tmp_path, {"update": 2})
+    save_checkpoint(*_files(tmp_path), {"update": 1})
+    save_checkpoint(*_files(tmp_path), {"update": 2})
     (tmp_path / "checkpoints" / "last.pt").unlink()
     with pytest.warns(UserWarning, match="backup"):
-        assert load_checkpoint(tmp_path)["update"] == 1
+        assert load_checkpoint(*_files(tmp_path))["update"] == 1
 
 
 def test_both_corrupt_raises(tmp_path):
-    save_checkpoint(tmp_path, {"update": 1})
-    save_checkpoint(tmp_path, {"update": 2})
+    save_checkpoint(*_files(tmp_path), {"update": 1})
+    save_checkpoint(*_files(tmp_path), {"update": 2})
     for name in ("last.pt", "backup.pt"):
         (tmp_path / "checkpoints" / name).write_bytes(b"garbage")
     with pytest.raises(CheckpointError, match="last.pt.*backup.pt"):
-        load_checkpoint(tmp_path)
+        load_checkpoint(*_files(tmp_path))
 
 
 def test_rng_state_round_trip_through_checkpoint(tmp_path):
     random.seed(3), np.random.seed(3), torch.manual_seed(3)
     np.random.randn()  # leave a cached gaussian in numpy's state
-    save_checkpoint(tmp_path, {"rng": rng_state()})
+    save_checkpoint(*_files(tmp_path), {"rng": rng_state()})
     expected = (random.random(), np.random.randn(3).tolist(), torch.rand(3))
     random.seed(0), np.random.seed(0), torch.manual_seed(0)
-    set_rng_state(load_checkpoint(tmp_path)["rng"])
+    set_rng_state(load_checkpoint(*_files(tmp_path))["rng"])
     got = (random.random(), np.random.randn(3).tolist(), torch.rand(3))
     assert expected[:2] == got[:2] and torch.equal(expected[2], got[2])
 
@@ -107,7 +113,7 @@ def test_rng_state_round_trip_through_checkpoint(tmp_path):
 @pytest.mark.parametrize("bad", [np.zeros(3), np.float64(0.5), {"x": object()}])
 def test_values_a_safe_load_refuses_are_rejected_at_save(tmp_path, bad):
     with pytest.raises(TypeError, match="plain Python values"):
-        save_checkpoint(tmp_path, {"metric": bad})
+        save_checkpoint(*_files(tmp_path), {"metric": bad})
     assert not (tmp_path / "checkpoints" / "last.pt").exists()
 
 
@@ -117,8 +123,8 @@ class _Killed(BaseException):
 
 @pytest.mark.parametrize("step", [0, 1])
 def test_interrupted_rotation_leaves_a_good_checkpoint(tmp_path, monkeypatch, step):
-    save_checkpoint(tmp_path, {"update": 1})
-    save_checkpoint(tmp_path, {"update": 2})
+    save_checkpoint(*_files(tmp_path), {"update": 1})
+    save_checkpoint(*_files(tmp_path), {"update": 2})
     calls, real_replace = [], os.replace
 
     def replace(src, dst):
@@ -129,14 +135,17 @@ def test_interrupted_rotation_leaves_a_good_checkpoint(tmp_path, monkeypatch, st
 
     monkeypatch.setattr("glamrl.run.checkpoint.os.replace", replace)
     with pytest.raises(_Killed):
-        save_checkpoint(tmp_path, {"update": 3})
-    assert load_checkpoint(tmp_path)["update"] == 2  # no warning: last.pt is still good
+        save_checkpoint(*_files(tmp_path), {"update": 3})
+    assert load_checkpoint(*_files(tmp_path))["update"] == 2  # no warning: last.pt is still good
 
 
 def test_kill_9_during_saves_leaves_a_loadable_checkpoint(tmp_path):
     script = ("import sys, torch\nfrom glamrl.run.checkpoint import save_checkpoint\n"
+              "from glamrl.run.dir import RunDir\n"
+              "run = RunDir(sys.argv[1])\n"
               "for i in range(10**6):\n"
-              "    save_checkpoint(sys.argv[1], {'update': i, 'w': torch.randn(200_000)})\n"
+              "    save_checkpoint(run.last_checkpoint, run.backup_checkpoint,\n"
+              "                    {'update': i, 'w': torch.randn(200_000)})\n"
               "    print(i, flush=True)\n")
     for delay in (0.05, 0.21):
         proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE)
@@ -146,7 +155,7 @@ def test_kill_9_during_saves_leaves_a_loadable_checkpoint(tmp_path):
         proc.wait()
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # last.pt itself must be good
-            assert load_checkpoint(tmp_path)["update"] >= 0
+            assert load_checkpoint(*_files(tmp_path))["update"] >= 0
 
 
 def test_one_schema_reads_the_checkpoints_every_loop_wrote(tmp_path):
@@ -171,7 +180,7 @@ def test_one_schema_reads_the_checkpoints_every_loop_wrote(tmp_path):
 def test_locking_a_run_removes_the_temporaries_its_killed_writers_left(tmp_path):
     """A writer killed inside its last checkpoint write leaves a temporary no later save would replace."""
     run = RunDir(tmp_path / "run")
-    save_checkpoint(run, _trained_state())
+    save_checkpoint(*_files(run), _trained_state())
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)
     left = [run.checkpoints / f".backup.pt.tmp-{dead_pid}-1", run.path / f".log.csv.tmp-{dead_pid}-2",
@@ -182,4 +191,4 @@ def test_locking_a_run_removes_the_temporaries_its_killed_writers_left(tmp_path)
     with run.lock():
         assert [p for p in left if p.exists()] == []
         assert live.exists()
-    assert load_checkpoint(run)["update"] == 3
+    assert load_checkpoint(*_files(run))["update"] == 3

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from glamrl.run.checkpoint import load_checkpoint
 from glamrl.cli import main
-from glamrl.run.log import read_log
+from glamrl.run.dir import RunDir
 
 PROBE = Path(__file__).with_name("dist_probe.py")
 CONFIG = """env:
@@ -67,7 +66,7 @@ def test_two_ranks_train_in_lockstep_on_different_episodes_and_resume(tmp_path):
     assert (run / ".lock").read_text().strip() == str(pid0)
     assert sorted(p.name for p in run.iterdir()) == [".lock", "checkpoints", "config.yaml", "curves.png", "log.csv"]
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["backup.pt", "last.pt"]
-    rows = read_log(run)
+    rows = RunDir(run).read_log()
     assert [r["update"] for r in rows] == [1, 2, 3] and [r["frames"] for r in rows] == [16, 32, 48]
     assert done.stdout.count("trained 3 updates") == 1  # one rank speaks
 
@@ -75,12 +74,13 @@ def test_two_ranks_train_in_lockstep_on_different_episodes_and_resume(tmp_path):
     done = torchrun(probes, "train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=80")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resuming" in done.stdout
-    assert [r["update"] for r in read_log(run)] == [1, 2, 3, 4, 5]
-    assert [r["frames"] for r in read_log(run)] == [16, 32, 48, 64, 80]
+    assert [r["update"] for r in RunDir(run).read_log()] == [1, 2, 3, 4, 5]
+    assert [r["frames"] for r in RunDir(run).read_log()] == [16, 32, 48, 64, 80]
 
     # and so does one process: the checkpoint does not depend on the number of ranks
     assert main(["train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=88"]) == 0
-    assert [r["frames"] for r in read_log(run)][-1] == 88 and load_checkpoint(run)["update"] == 6
+    assert [r["frames"] for r in RunDir(run).read_log()][-1] == 88
+    assert RunDir(run).load_checkpoint().progress.update == 6
 
 
 def test_a_killed_rank_stops_the_whole_run(tmp_path):
@@ -90,7 +90,7 @@ def test_a_killed_rank_stops_the_whole_run(tmp_path):
     proc = torchrun(probes, "train", "--config", str(cfg), "--run-dir", str(run), "--no-progress",
                     "ppo.total_frames=100000", wait=False)
     deadline = time.time() + 180
-    while time.time() < deadline and not (run / "log.csv").exists() or len(read_log(run)) < 1:
+    while time.time() < deadline and not (run / "log.csv").exists() or len(RunDir(run).read_log()) < 1:
         assert proc.poll() is None, proc.stdout.read()
         time.sleep(0.1)
     os.kill(probe_rows(probes, 1, "pid")[0]["pid"], signal.SIGKILL)
@@ -100,7 +100,7 @@ def test_a_killed_rank_stops_the_whole_run(tmp_path):
         proc.kill()
     assert proc.returncode != 0
     assert "Signal 9 (SIGKILL)" in output or "lost the other ranks" in output
-    assert load_checkpoint(run)["update"] >= 1  # what was saved survives
+    assert RunDir(run).load_checkpoint().progress.update >= 1  # what was saved survives
 
 
 # ------------------------------------------------------------------ FSDP2 sharding (run.sharding=fsdp)
@@ -144,7 +144,7 @@ def test_fsdp_trains_as_dd_ppo_does_and_its_checkpoint_serves_every_mode(tmp_pat
     done = torchrun(probes, *[arg for command in commands for arg in command][1:])
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count(f"resuming {fsdp} after update 1") == 1
-    assert [r["update"] for r in read_log(fsdp)] == [1, 2]
+    assert [r["update"] for r in RunDir(fsdp).read_log()] == [1, 2]
 
     # the only difference is the sharding: the same episodes, losses, clipped gradient norms and states
     for rank in (0, 1):
@@ -154,19 +154,19 @@ def test_fsdp_trains_as_dd_ppo_does_and_its_checkpoint_serves_every_mode(tmp_pat
         assert not any(w["sharded"] for rows in weights["ddp"] + weights["t5-ddp"] for w in rows)
     for sharded, replicated in ((fsdp, ddp), (t5_fsdp, t5_ddp)):
         for term in ("grad_norm", "loss", "value_loss"):  # the norm over the shards is the whole one
-            assert [r[term] for r in read_log(sharded)] == pytest.approx([r[term] for r in read_log(replicated)],
-                                                                          rel=1e-5)
+            assert [r[term] for r in RunDir(sharded).read_log()] == pytest.approx(
+                [r[term] for r in RunDir(replicated).read_log()], rel=1e-5)
     after_one = [torch.load(run / "checkpoints" / "backup.pt", weights_only=True) for run in (ddp, fsdp)]
-    after_two = [load_checkpoint(run) for run in (ddp, fsdp)]
+    after_two = [RunDir(run).load_checkpoint().to_dict() for run in (ddp, fsdp)]
     assert_same_state(*after_one)
     assert_same_state(*after_two)  # the FSDP run resumed from its own checkpoint as DD-PPO did
-    assert_same_state(load_checkpoint(t5_ddp), load_checkpoint(t5_fsdp))
+    assert_same_state(RunDir(t5_ddp).load_checkpoint().to_dict(), RunDir(t5_fsdp).load_checkpoint().to_dict())
     first, second = after_one[1]["policy"], after_two[1]["policy"]
     assert any(not torch.equal(first[name], second[name]) for name in first)  # the second update trained
 
     # one process resumes the FSDP run without sharding, and evaluates it
     assert main(["train", "--run-dir", str(fsdp), "--no-progress", "ppo.total_frames=40", "run.sharding=none"]) == 0
-    assert [r["update"] for r in read_log(fsdp)] == [1, 2, 3]
+    assert [r["update"] for r in RunDir(fsdp).read_log()] == [1, 2, 3]
     assert main(["eval", "--run", str(fsdp), "--env", "BabyAI-TurnToObject-v0", "--episodes", "2"]) == 0
 
 

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from glamrl.agents.drrn import DRRNAgent, DRRNetwork, Exploration
-from glamrl.run.checkpoint import load_checkpoint
 from glamrl.config import AgentConfig, ConfigError, DRRNConfig, load_train_config
 from glamrl.envs import make_vector_env
 from glamrl.envs.actions import ACTION_NAMES
@@ -18,7 +17,7 @@ from glamrl.prompts import build_prompt
 from glamrl.rl.dqn import double_q_loss, linear_epsilon
 from glamrl.rl.replay import ReplayMemory
 from glamrl.rollout import step
-from glamrl.run.log import read_log
+from glamrl.run.dir import RunDir
 from glamrl.run.metrics import LOG_METRICS
 from glamrl.train.common import evaluate_policy
 from glamrl.train.drrn import train_drrn
@@ -115,7 +114,7 @@ def test_drrn_learns_to_turn_towards_the_object_and_beats_random_on_the_same_see
     print(f"random {random_success:.2f}, DRRN {result.success_before:.2f} -> {result.success_after:.2f}")
     assert random_success < 0.3  # one action in six succeeds
     assert result.success_after >= 0.9
-    rows = read_log(tmp_path / "run")
+    rows = RunDir(tmp_path / "run").read_log()
     assert [r["update"] for r in rows] == [1, 2, 3, 4] and rows[-1]["frames"] == 1600
     assert rows[-1]["loss"] >= 0 and rows[0]["success_rate"] < rows[-1]["success_rate"]
     assert rows[-1]["q_mean"] > 0 and 0 <= rows[-1]["epsilon"] <= 1  # DRRN's own columns reach log.csv
@@ -127,14 +126,14 @@ def test_drrn_resume_continues_with_its_replay_memory(tmp_path):
     kept = [o for o in TINY if not o.startswith(("drrn.log_every=", "drrn.learning_starts="))]
     short = [*kept, "drrn.log_every=160", "drrn.learning_starts=80"]
     train_drrn(load_train_config(None, [*short, "drrn.total_frames=160"]), run, progress=False, say=lambda _: None)
-    state = load_checkpoint(run)
+    state = RunDir(run).load_checkpoint().to_dict()
     assert state["frames"] == 160 and state["replay"]["size"] == 160 and state["grad_steps"] == 11
     assert set(state) == {"trainer", "update", "frames", "episodes", "duration", "policy", "optimizer", "rng",
                           "config", "target", "replay", "grad_steps"}  # the keys DRRN's checkpoints have always had
     result = train_drrn(load_train_config(None, [*short, "drrn.total_frames=320"]), run, resume=True,
                         progress=False, say=lambda _: None)
-    assert result.updates == 2 and load_checkpoint(run)["replay"]["size"] == 320
-    assert [r["update"] for r in read_log(run)] == [1, 2]
+    assert result.updates == 2 and RunDir(run).load_checkpoint().extra["replay"]["size"] == 320
+    assert [r["update"] for r in RunDir(run).read_log()] == [1, 2]
 
 
 UNTRAINED = ["agent.kind=drrn", "env.id=BabyAI-TurnToObject-v0", "env.num_envs=8", "drrn.embedding_dim=8",
@@ -146,10 +145,11 @@ def test_drrn_stops_after_the_row_past_max_minutes_with_a_checkpoint(tmp_path):
     run = tmp_path / "run"
     result = train_drrn(load_train_config(None, [*UNTRAINED, "run.max_minutes=1e-6"]), run, progress=False,
                         say=lambda _: None)
-    assert result.frames == 32 and [r["frames"] for r in read_log(run)] == [32] and load_checkpoint(run)["update"] == 1
+    assert result.frames == 32 and [r["frames"] for r in RunDir(run).read_log()] == [32]
+    assert RunDir(run).load_checkpoint().progress.update == 1
     again = train_drrn(load_train_config(None, [*UNTRAINED, "run.max_minutes=1e-6"]), run, resume=True,
                        progress=False, say=lambda _: None)
-    assert again.frames == 32 and len(read_log(run)) == 1  # the time used up: a resume trains no further
+    assert again.frames == 32 and len(RunDir(run).read_log()) == 1  # the time used up: a resume trains no further
 
 
 def test_drrn_stops_after_the_first_row_that_reaches_stop_at_success(tmp_path):
@@ -157,9 +157,9 @@ def test_drrn_stops_after_the_first_row_that_reaches_stop_at_success(tmp_path):
     run = tmp_path / "run"
     result = train_drrn(load_train_config(None, [*UNTRAINED, "run.stop_at_success=0.2"]), run, progress=False,
                         say=lambda _: None)
-    rows = read_log(run)
+    rows = RunDir(run).read_log()
     assert rows[-1]["success_rate"] >= 0.2 and all(r["success_rate"] < 0.2 for r in rows[:-1])
-    assert result.frames == rows[-1]["frames"] < 640 and load_checkpoint(run)["frames"] == result.frames
+    assert result.frames == rows[-1]["frames"] < 640 and RunDir(run).load_checkpoint().progress.frames == result.frames
 
 
 def test_drrn_refuses_what_only_ppo_reads_in_one_line(tmp_path):
@@ -246,7 +246,7 @@ def test_drrn_time_outs_are_terminal_unless_bootstrapped(tmp_path, bootstrap):
     train_drrn(load_train_config(None, [*kept, "env.id=BabyAI-GoToObjS4-v0", "env.max_steps=2", "drrn.log_every=160", "drrn.learning_starts=80",
                                         "drrn.total_frames=160", f"drrn.bootstrap_truncation={str(bootstrap).lower()}"]),
                run, progress=False, say=lambda _: None)
-    state = load_checkpoint(run)
+    state = RunDir(run).load_checkpoint().to_dict()
     ends = int(state["replay"]["terminated"][:state["replay"]["size"]].sum())
     episodes = state["episodes"]
     assert episodes >= 60  # 8 envs x 20 steps, episodes of at most 2 steps

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from glamrl.cli import main
-from glamrl.run.log import read_log
+from glamrl.run.dir import RunDir
 
 TINY = """run:
   tensorboard: false
@@ -61,7 +61,7 @@ def test_experiment_trains_skips_resumes_and_reports(tmp_path, capsys, monkeypat
     assert main(["experiment", str(exp)]) == 0
     out = tmp_path / "out"
     for name in ("tiny-seed1", "tiny-seed2", "tiny-lora-seed1"):
-        assert read_log(out / name)[-1]["frames"] == 64
+        assert RunDir(out / name).read_log()[-1]["frames"] == 64
     assert (out / "random-seed1" / "eval.json").exists()
     report = (out / "report.md").read_text()
     assert "| tiny | 2 |" in report and "| tiny-lora | 1 |" in report and "random (evaluated)" in report
@@ -87,8 +87,8 @@ def test_experiment_trains_skips_resumes_and_reports(tmp_path, capsys, monkeypat
     # more frames: every run resumes where it stopped
     exp = write_experiment(tmp_path, frames=96)
     assert main(["experiment", str(exp), "--task", "1"]) == 0  # one run only, as a SLURM array task does
-    assert [r["update"] for r in read_log(out / "tiny-seed2")] == [1, 2, 3]
-    assert read_log(out / "tiny-seed1")[-1]["frames"] == 64
+    assert [r["update"] for r in RunDir(out / "tiny-seed2").read_log()] == [1, 2, 3]
+    assert RunDir(out / "tiny-seed1").read_log()[-1]["frames"] == 64
 
 
 def test_sbatch_array_has_one_task_per_run(tmp_path, capsys):

@@ -5,6 +5,7 @@ import torch
 from glamrl.config import ModelConfig
 from glamrl.envs.actions import ACTION_NAMES, SYNONYM_ACTION_NAMES
 from glamrl.llm import ActionHeads, LLMPolicy, ValueHead
+from glamrl.run.dir import RunDir
 
 PROMPTS = ["Goal of the agent: go to the red ball \n Observation 0: You see a wall 2 steps forward, \n Action 0: ",
            "Goal of the agent: open the door \n Action 0: "]
@@ -72,7 +73,6 @@ def test_standardized_value_head_reads_its_inputs_standardised_per_feature():
 
 
 def test_value_head_init_standardized_in_a_training_run(tmp_path):
-    from glamrl.run.checkpoint import load_checkpoint
     from glamrl.config import load_train_config
     from glamrl.train.ppo import train_ppo
 
@@ -84,5 +84,5 @@ def test_value_head_init_standardized_in_a_training_run(tmp_path):
     torch.manual_seed(cfg.env.seed)
     fresh = LLMPolicy(cfg.model).value_head.mlp[0].weight
     train_ppo(cfg, tmp_path / "run", progress=False, say=lambda _: None)
-    trained = load_checkpoint(tmp_path / "run")["policy"]["value_head.mlp.0.weight"]
+    trained = RunDir(tmp_path / "run").load_checkpoint().policy["value_head.mlp.0.weight"]
     assert trained.abs().mean() > 3 * fresh.abs().mean()  # rescaled by 1 / (per-feature std) after rollout 1

@@ -44,11 +44,11 @@ def test_save_and_load_round_trip(tmp_path, lora):
     policy = _policy("tiny-llama", lora=lora, lora_r=4)
     _train_step(policy)
     _train_step(policy)
-    save_checkpoint(tmp_path, {"policy": policy.trainable_state_dict()})
+    save_checkpoint(tmp_path / "last.pt", tmp_path / "backup.pt", {"policy": policy.trainable_state_dict()})
     # LoRA: the base comes from the config (same seed, same tiny base); full: everything comes from the file
     torch.manual_seed(0 if lora else 1)
     restored = LLMPolicy(config)
-    restored.load_trainable_state_dict(load_checkpoint(tmp_path)["policy"])
+    restored.load_trainable_state_dict(load_checkpoint(tmp_path / "last.pt", tmp_path / "backup.pt")["policy"])
     with torch.no_grad():
         expected, got = policy(PROMPTS, ACTION_NAMES), restored(PROMPTS, ACTION_NAMES)
     torch.testing.assert_close(got.values, expected.values)

@@ -7,7 +7,8 @@ import yaml
 from glamrl.cli import main
 from glamrl.eval import plot
 from glamrl.eval.plot import agent_label, group_runs, moving_average, plot_runs
-from glamrl.run.log import LogNotFoundError, RunLogger
+from glamrl.run.dir import RunDir
+from glamrl.run.log import LogNotFoundError
 from glamrl.run.metrics import label
 
 
@@ -16,7 +17,7 @@ def _run(root, name: str, seed: int, lr: float, updates: int):
     run_dir.mkdir()
     config = {"env": {"id": "BabyAI-GoToLocal-v0", "seed": seed}, "ppo": {"lr": lr}}
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
-    with RunLogger(run_dir, tensorboard=False) as logger:
+    with RunDir(run_dir).open_log(tensorboard=False) as logger:
         for update in range(1, updates + 1):
             logger.log({"update": update, "frames": 64 * update,
                         "success_rate": min(1.0, 0.05 * update + 0.1 * seed), "return_mean": 0.03 * update})
@@ -80,7 +81,7 @@ def _drawn(monkeypatch) -> list:
 def test_plot_command_draws_the_chosen_metrics_smoothed_and_labelled(tmp_path, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
-    with RunLogger(run, tensorboard=False) as logger:
+    with RunDir(run).open_log(tensorboard=False) as logger:
         for update in range(1, 5):
             logger.log({"update": update, "frames": 8 * update, "num_frames_mean": 2.0 * update, "my_probe": 1.0})
     figures = _drawn(monkeypatch)

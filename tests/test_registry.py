@@ -20,8 +20,7 @@ from glamrl.agents.registry import (KINDS, LOOP_RUN_FIELDS, SHARED_SECTIONS, TRA
 from glamrl.cli import main
 from glamrl.config import ConfigError, RunConfig, TrainConfig, load_train_config
 from glamrl.envs.actions import ACTION_NAMES
-from glamrl.run.checkpoint import load_checkpoint
-from glamrl.run.log import read_log
+from glamrl.run.dir import RunDir
 from glamrl.train.common import check_reads
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -102,10 +101,10 @@ def test_a_kind_registered_alone_trains_resumes_and_evaluates(linear_kind, tmp_p
     untrained = make_model(cfg).actor.weight.detach().clone()
 
     assert glamrl.train(cfg, run_dir=run) == run  # `glamrl train`'s path: the registry names the loop
-    rows = read_log(run)
+    rows = RunDir(run).read_log()
     assert [r["update"] for r in rows] == [1, 2] and rows[-1]["frames"] == 64
     assert all(np.isfinite(r["loss"]) and np.isfinite(r["approx_kl"]) for r in rows)
-    state = load_checkpoint(run)
+    state = RunDir(run).load_checkpoint().to_dict()
     assert (state["trainer"], state["update"], state["frames"]) == ("ppo", 2, 64)
     assert set(state["policy"]) == {"actor.weight", "actor.bias", "critic.weight", "critic.bias"}
 
@@ -113,7 +112,8 @@ def test_a_kind_registered_alone_trains_resumes_and_evaluates(linear_kind, tmp_p
     assert isinstance(trained, LinearPolicy) and not torch.equal(trained.actor.weight, untrained)
 
     assert glamrl.train(load_train_config(None, [*TINY, "ppo.total_frames=96"]), run_dir=run) == run  # resumed
-    assert [r["update"] for r in read_log(run)] == [1, 2, 3] and load_checkpoint(run)["update"] == 3
+    assert [r["update"] for r in RunDir(run).read_log()] == [1, 2, 3]
+    assert RunDir(run).load_checkpoint().progress.update == 3
 
     capsys.readouterr()
     assert main(["eval", "--run", str(run), "--episodes", "4", "--num-envs", "2"]) == 0

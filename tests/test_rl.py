@@ -7,6 +7,7 @@ import torch
 from glamrl.config import ModelConfig, PPOConfig
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import ppo_loss
+from glamrl.run.dir import RunDir
 
 
 def test_gae_with_termination_and_truncation_in_one_rollout():
@@ -179,7 +180,6 @@ def test_value_normalizer_statistics_by_hand_and_round_trip():
 
 
 def test_value_lr_gives_the_value_head_its_own_group_and_value_norm_resumes(tmp_path):
-    from glamrl.run.checkpoint import load_checkpoint
     from glamrl.config import load_train_config
     from glamrl.llm.policy import LLMPolicy
     from glamrl.train.ppo import parameter_groups, train_ppo
@@ -198,8 +198,9 @@ def test_value_lr_gives_the_value_head_its_own_group_and_value_norm_resumes(tmp_
             "run.tensorboard=false"]
     run = tmp_path / "run"
     train_ppo(load_train_config(None, [*tiny, "ppo.total_frames=32"]), run, progress=False, say=lambda _: None)
-    first = load_checkpoint(run)["value_norm"]
+    first = RunDir(run).load_checkpoint().extra["value_norm"]
     assert first["weight"].item() == pytest.approx(0.5)  # one rollout folded in
     train_ppo(load_train_config(None, [*tiny, "ppo.total_frames=64"]), run, resume=True, progress=False,
           say=lambda _: None)
-    assert load_checkpoint(run)["value_norm"]["weight"].item() == pytest.approx(0.75)  # restored, then one more
+    restored = RunDir(run).load_checkpoint().extra["value_norm"]
+    assert restored["weight"].item() == pytest.approx(0.75)  # restored, then one more

@@ -12,9 +12,7 @@ from glamrl.config import RESUMABLE, load_train_config
 from glamrl.eval.demos import DemoFileError, read_demos
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.eval.experiment import load_experiment, report
-from glamrl.run.checkpoint import load_checkpoint
 from glamrl.run.dir import RunDir
-from glamrl.run.log import read_log
 from glamrl.train.bc import train_bc
 from glamrl.train.drrn import train_drrn
 from glamrl.train.ppo import train_ppo
@@ -45,15 +43,15 @@ def test_a_resume_refuses_every_changed_key_and_records_the_caps_it_grows(tmp_pa
     err = one_line(capsys, ["train", "--run-dir", str(run), "--no-progress", *changes])
     for key in ("ppo.lr", "ppo.epochs", "ppo.gamma", "ppo.clip_eps", "env.num_envs"):
         assert key in err  # every changed key, not the first three
-    assert (run / "config.yaml").read_text() == before and [r["update"] for r in read_log(run)] == [1]
+    assert (run / "config.yaml").read_text() == before and [r["update"] for r in RunDir(run).read_log()] == [1]
 
     assert main(["train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=16", "run.max_minutes=60"]) == 0
-    assert [r["update"] for r in read_log(run)] == [1, 2]
+    assert [r["update"] for r in RunDir(run).read_log()] == [1, 2]
     history = yaml.safe_load((run / "config_history.yaml").read_text())
     assert [(h["key"], h["old"], h["new"]) for h in history] == [("ppo.total_frames", 8, 16),
                                                                  ("run.max_minutes", None, 60)]
     assert all(h["time"] for h in history)
-    state = load_checkpoint(run)
+    state = RunDir(run).load_checkpoint().to_dict()
     assert state["config"]["ppo"]["total_frames"] == 16  # the checkpoint carries the grown cap, not the old one
 
 
@@ -121,24 +119,24 @@ def test_the_report_shows_the_last_row_that_finished_episodes(tmp_path):
 def test_drrn_trains_its_frames_in_rows_of_at_most_log_every_and_resumes_by_frames(tmp_path):
     run = tmp_path / "run"
     train_drrn(load_train_config(None, [*DRRN, "drrn.total_frames=100", "drrn.log_every=64"]), run, **QUIET)
-    assert [r["frames"] for r in read_log(run)] == [64, 104]  # 100 frames to within one vector step of 8 envs
+    assert [r["frames"] for r in RunDir(run).read_log()] == [64, 104]  # 100 frames to within one vector step of 8 envs
     train_drrn(load_train_config(None, [*DRRN, "drrn.total_frames=200", "drrn.log_every=64"]), run, resume=True,
                **QUIET)
-    assert [r["frames"] for r in read_log(run)] == [64, 104, 168, 200]
+    assert [r["frames"] for r in RunDir(run).read_log()] == [64, 104, 168, 200]
     short = tmp_path / "short"
     train_drrn(load_train_config(None, [*DRRN, "drrn.total_frames=512", "drrn.log_every=2048"]), short, **QUIET)
-    assert [r["frames"] for r in read_log(short)] == [512]
+    assert [r["frames"] for r in RunDir(short).read_log()] == [512]
 
 
 def test_the_minutes_cap_counts_the_runs_training_time_over_every_invocation(tmp_path):
     run = tmp_path / "run"
     capped = [*TINY, "ppo.total_frames=64", "run.max_minutes=1e-6"]
     train_ppo(load_train_config(None, capped), run, **QUIET)
-    assert [r["update"] for r in read_log(run)] == [1]  # stopped after its first update
+    assert [r["update"] for r in RunDir(run).read_log()] == [1]  # stopped after its first update
     train_ppo(load_train_config(None, capped), run, resume=True, **QUIET)
-    assert [r["update"] for r in read_log(run)] == [1]  # the cap is used up: no whole cap again
+    assert [r["update"] for r in RunDir(run).read_log()] == [1]  # the cap is used up: no whole cap again
     train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=64", "run.max_minutes=60"]), run, resume=True, **QUIET)
-    assert read_log(run)[-1]["frames"] == 64
+    assert RunDir(run).read_log()[-1]["frames"] == 64
 
 
 # ------------------------------------------------------------------ 4, 5, 6. behavioural cloning
@@ -158,10 +156,10 @@ BC = [*(o for o in TINY if not o.startswith("ppo.")), "bc.epochs=1", "bc.batch_s
 def test_bc_resumes_at_the_record_it_reached_whatever_the_batch_size(demos, tmp_path):
     run = tmp_path / "bc"
     train_bc(load_train_config(None, BC), demos, run, **QUIET)
-    assert [r["frames"] for r in read_log(run)] == [16, 32, 40]
+    assert [r["frames"] for r in RunDir(run).read_log()] == [16, 32, 40]
     train_bc(load_train_config(None, [*BC[:-4], "bc.epochs=2", "bc.batch_size=8", "bc.log_every=1", "bc.lr=1e-3"]),
              demos, run, resume=True, **QUIET)
-    frames = [r["frames"] for r in read_log(run)]
+    frames = [r["frames"] for r in RunDir(run).read_log()]
     assert frames == [16, 32, 40, 48, 56, 64, 72, 80]  # epoch 2 once, the frames never running backwards
 
 

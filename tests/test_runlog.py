@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from glamrl.run.log import LogNotFoundError, RunLogger, episode_stats, read_log
+from glamrl.run.dir import RunDir
+from glamrl.run.log import LogNotFoundError, episode_stats
 from glamrl.run.metrics import LOG_METRICS, column_order, label, tag
 
 
@@ -12,10 +13,10 @@ def _metrics(update: int) -> dict:
 
 
 def test_rows_are_appended_and_read_back(tmp_path):
-    with RunLogger(tmp_path, tensorboard=False) as logger:
+    with RunDir(tmp_path).open_log(tensorboard=False) as logger:
         for update in (1, 2, 3):
             logger.log(_metrics(update))
-    rows = read_log(tmp_path)
+    rows = RunDir(tmp_path).read_log()
     assert [r["update"] for r in rows] == [1.0, 2.0, 3.0]
     assert rows[2]["policy_loss"] == pytest.approx(0.3) and rows[2]["frames"] == 300.0
     assert math.isnan(rows[0]["success_rate"]) and rows[0]["unknown_key"] == 7  # an unlisted key is a column
@@ -23,11 +24,11 @@ def test_rows_are_appended_and_read_back(tmp_path):
 
 
 def test_a_new_key_becomes_a_column_and_earlier_rows_leave_it_empty(tmp_path):
-    with RunLogger(tmp_path, tensorboard=False) as logger:
+    with RunDir(tmp_path).open_log(tensorboard=False) as logger:
         logger.log(_metrics(1))
         logger.log({**_metrics(2), "q_mean": 0.5, "epsilon": 0.1, "my_probe": 3.0})  # DRRN's columns, one unlisted
         logger.log(_metrics(3))
-    rows = read_log(tmp_path)
+    rows = RunDir(tmp_path).read_log()
     assert list(rows[0]) == column_order([*_metrics(1), "q_mean", "epsilon", "my_probe"])
     assert list(rows[0])[-2:] == ["unknown_key", "my_probe"]  # listed columns in the table's order, then the rest
     assert math.isnan(rows[0]["q_mean"]) and rows[1]["q_mean"] == 0.5 and rows[1]["my_probe"] == 3.0
@@ -37,47 +38,47 @@ def test_a_new_key_becomes_a_column_and_earlier_rows_leave_it_empty(tmp_path):
 
 @pytest.mark.parametrize("after, q_means", [(1, [0.2, 0.3, 0.4]), (2, [0.5, 0.3, 0.4])])
 def test_resume_after_a_new_column_appeared(tmp_path, after, q_means):
-    with RunLogger(tmp_path, tensorboard=False) as logger:
+    with RunDir(tmp_path).open_log(tensorboard=False) as logger:
         logger.log(_metrics(1))
         logger.log({**_metrics(2), "q_mean": 0.5})
         logger.log({**_metrics(3), "q_mean": 0.7})
-    with RunLogger(tmp_path, resume_after_update=after, tensorboard=False) as logger:  # before or after it
+    with RunDir(tmp_path).open_log(resume_after_update=after, tensorboard=False) as logger:  # before or after it
         for update in range(after + 1, 5):
             logger.log({**_metrics(update), "q_mean": update / 10, "value_std": 2.0})
-    rows = read_log(tmp_path)
+    rows = RunDir(tmp_path).read_log()
     assert [r["update"] for r in rows] == [1, 2, 3, 4]
     assert [r["q_mean"] for r in rows[1:]] == pytest.approx(q_means)  # the column added at update 2 kept or redone
     assert all(math.isnan(r["value_std"]) for r in rows[:after]) and rows[-1]["value_std"] == 2.0
 
 
 def test_resume_drops_rows_after_the_checkpoint(tmp_path):
-    with RunLogger(tmp_path, tensorboard=False) as logger:
+    with RunDir(tmp_path).open_log(tensorboard=False) as logger:
         for update in range(1, 6):
             logger.log(_metrics(update))
-    with RunLogger(tmp_path, resume_after_update=3, tensorboard=False) as logger:
+    with RunDir(tmp_path).open_log(resume_after_update=3, tensorboard=False) as logger:
         logger.log(_metrics(4))
-    assert [r["update"] for r in read_log(tmp_path)] == [1.0, 2.0, 3.0, 4.0]
+    assert [r["update"] for r in RunDir(tmp_path).read_log()] == [1.0, 2.0, 3.0, 4.0]
 
 
 def test_resume_drops_a_half_written_row(tmp_path):
-    with RunLogger(tmp_path, tensorboard=False) as logger:
+    with RunDir(tmp_path).open_log(tensorboard=False) as logger:
         logger.log(_metrics(1))
     with open(tmp_path / "log.csv", "a") as f:
         f.write("2,,200")  # killed mid-row
-    with RunLogger(tmp_path, resume_after_update=1, tensorboard=False) as logger:
+    with RunDir(tmp_path).open_log(resume_after_update=1, tensorboard=False) as logger:
         logger.log(_metrics(2))
-    assert [r["frames"] for r in read_log(tmp_path)] == [100.0, 200.0]
+    assert [r["frames"] for r in RunDir(tmp_path).read_log()] == [100.0, 200.0]
 
 
 def test_no_resume_starts_a_fresh_log(tmp_path):
-    with RunLogger(tmp_path, tensorboard=False) as logger:
+    with RunDir(tmp_path).open_log(tensorboard=False) as logger:
         logger.log(_metrics(1))
-    RunLogger(tmp_path, tensorboard=False).close()
-    assert read_log(tmp_path) == []
+    RunDir(tmp_path).open_log(tensorboard=False).close()
+    assert RunDir(tmp_path).read_log() == []
 
 
 def test_tensorboard_event_file_is_written(tmp_path):
-    with RunLogger(tmp_path) as logger:
+    with RunDir(tmp_path).open_log() as logger:
         logger.log(_metrics(1))
     assert any((tmp_path / "tb").iterdir())
 
@@ -93,7 +94,7 @@ def test_tensorboard_tags_are_the_log_names_in_cleanrl_groups():
 def test_tensorboard_holds_every_logged_key_under_its_tag(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    with RunLogger(tmp_path) as logger:
+    with RunDir(tmp_path).open_log() as logger:
         for update in (1, 2):
             logger.log({**_metrics(update), "my_probe": 1.5})
     events = EventAccumulator(str(tmp_path / "tb"))
@@ -109,18 +110,18 @@ def test_every_listed_metric_has_a_label_and_help():
 
 
 def test_a_value_that_is_not_a_number_is_refused(tmp_path):
-    with RunLogger(tmp_path, tensorboard=False) as logger, pytest.raises(TypeError, match="'note'"):
+    with RunDir(tmp_path).open_log(tensorboard=False) as logger, pytest.raises(TypeError, match="'note'"):
         logger.log({"update": 1, "frames": 8, "note": "hello"})
 
 
 def test_log_needs_update_and_frames(tmp_path):
-    with RunLogger(tmp_path, tensorboard=False) as logger, pytest.raises(KeyError, match="frames"):
+    with RunDir(tmp_path).open_log(tensorboard=False) as logger, pytest.raises(KeyError, match="frames"):
         logger.log({"update": 1})
 
 
 def test_read_log_of_a_run_without_log_names_the_directory(tmp_path):
     with pytest.raises(LogNotFoundError, match=str(tmp_path)):
-        read_log(tmp_path)
+        RunDir(tmp_path).read_log()
 
 
 def test_episode_stats_by_hand():

@@ -16,11 +16,9 @@ import pytest
 import torch
 import yaml
 
-from glamrl.run.checkpoint import load_checkpoint
 from glamrl.run.dir import RunDir
 from glamrl.cli import main
 from glamrl.config import ConfigError, load_train_config
-from glamrl.run.log import read_log
 from glamrl.train.ppo import train_ppo
 from glamrl.train.drrn import train_drrn
 from test_safe_runs import NO_MODEL, TINY, assert_one_line, run_cli, snapshot, tiny_config
@@ -160,7 +158,7 @@ def test_outputs_into_a_runs_data_are_refused_and_the_run_resumes(trained, tmp_p
         assert_one_line(*run_cli(capsys, *map(str, args)), message)
     assert checksums(tmp_path) == before
     assert main(["train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=16"]) == 0
-    assert [r["update"] for r in read_log(run)] == [1, 2]  # resumed, not restarted
+    assert [r["update"] for r in RunDir(run).read_log()] == [1, 2]  # resumed, not restarted
     assert main(["eval", *episodes, "--out", str(run / "eval.json")]) == 0  # beside the run's data is fine
 
 
@@ -211,7 +209,8 @@ def test_overwrite_deletes_only_what_a_run_wrote(trained, tmp_path, capsys):
     assert main(["train", "--config", str(cfg), "--run-dir", str(run), "--overwrite", "--no-progress",
                  "ppo.total_frames=8", "ppo.lr=1e-3"]) == 0
     assert (run / "eval.json").read_text() == "{}" and (run / "notes").is_dir()
-    assert [r["update"] for r in read_log(run)] == [1] and load_checkpoint(run)["config"]["ppo"]["lr"] == 1e-3
+    assert [r["update"] for r in RunDir(run).read_log()] == [1]
+    assert RunDir(run).load_checkpoint().config["ppo"]["lr"] == 1e-3
 
 
 # ------------------------------------------------------------------ the disk refusing a write
@@ -355,14 +354,14 @@ def test_bc_resumes_only_on_the_data_it_was_cloned_from(demos, tmp_path, capsys)
     cfg, run, other = bc_config(tmp_path), tmp_path / "run", tmp_path / "other.jsonl"
     other.write_text("".join(demos.read_text().splitlines(keepends=True)[1:]))
     assert main(["bc", "--data", str(demos), "--config", str(cfg), "--run-dir", str(run), "--no-progress", *BC]) == 0
-    assert load_checkpoint(run)["data"]["sha256"] == hashlib.sha256(demos.read_bytes()).hexdigest()
+    assert RunDir(run).load_checkpoint().extra["data"]["sha256"] == hashlib.sha256(demos.read_bytes()).hexdigest()
     before = checksums(run)
     code, err = run_cli(capsys, "bc", "--data", str(other), "--run-dir", str(run), "bc.epochs=2")
     assert_one_line(code, err, f"was cloned from {demos}", f"agent.init_from={run}")
     assert checksums(run) == before
     # the same data extends the run on purpose (bc.epochs), other data starts a new run from it
     assert main(["bc", "--data", str(demos), "--run-dir", str(run), "--no-progress", "bc.epochs=2"]) == 0
-    assert load_checkpoint(run)["update"] == 4  # 16 records in batches of 8, two epochs
+    assert RunDir(run).load_checkpoint().progress.update == 4  # 16 records in batches of 8, two epochs
     assert main(["bc", "--data", str(other), "--config", str(cfg), "--run-dir", str(tmp_path / "more"),
                  "--no-progress", *BC, f"agent.init_from={run}"]) == 0
 
@@ -395,7 +394,7 @@ def test_a_run_started_from_another_resumes_once_that_one_is_gone(trained, tmp_p
                  f"agent.init_from={start}"]) == 0
     shutil.rmtree(start)
     assert main(["train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=16"]) == 0
-    assert [r["update"] for r in read_log(run)] == [1, 2]
+    assert [r["update"] for r in RunDir(run).read_log()] == [1, 2]
     code, err = run_cli(capsys, "train", "--config", str(cfg), "--run-dir", str(tmp_path / "new"),
                         f"agent.init_from={start}")
     assert_one_line(code, err, f"agent.init_from={start}", "not a glamrl run directory")
@@ -461,10 +460,10 @@ def test_a_row_torn_by_a_kill_is_skipped_by_readers_and_resume(trained, tmp_path
     run = copy_run(trained, tmp_path)
     with open(run / "log.csv", "a") as f:
         f.write("2,4,16,1")  # the last row, cut short: no line end
-    assert [r["update"] for r in read_log(run)] == [1]
+    assert [r["update"] for r in RunDir(run).read_log()] == [1]
     assert main(["plot", str(run), "--out", str(tmp_path / "c.png")]) == 0
     assert main(["train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=16"]) == 0
-    assert [r["update"] for r in read_log(run)] == [1, 2]
+    assert [r["update"] for r in RunDir(run).read_log()] == [1, 2]
 
 # ------------------------------------------------------------------ two ranks
 def test_a_config_error_that_only_rank_0_sees_is_reported_by_rank_0(tmp_path):

@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from glamrl.run.checkpoint import load_checkpoint
 from glamrl.cli import main
 from glamrl.config import load_train_config
-from glamrl.run.dir import RUN_DATA, RUN_FILES, RunDir
-from glamrl.run.log import read_log
+from glamrl.run.dir import RUN_DATA, RUN_FILES, RunDir, RunDirError
+from glamrl.train.common import TrainResult, train_run_dir
 from glamrl.train.ppo import train_ppo
 
 TINY = [
@@ -73,6 +72,30 @@ def test_a_second_process_on_a_running_run_is_refused_and_changes_nothing(tmp_pa
     assert snapshot(run) == before
 
 
+def test_a_run_directory_is_locked_once_in_a_process(tmp_path):
+    run = RunDir(tmp_path / "run")
+    with run.lock():
+        for _ in range(2):  # a refusal leaves the first hold alone: the second try is refused too
+            with pytest.raises(RunDirError, match="already locked by this process"), run.lock():
+                pass
+        assert run.lock_file.read_text().strip() == str(os.getpid())
+    with run.lock():  # released: it can be taken again
+        pass
+
+
+def test_the_loop_trains_under_the_one_lock_that_decided_about_resuming(tmp_path):
+    run, seen = RunDir(tmp_path / "run"), []
+
+    def loop(cfg, run_dir, resume, progress, say):
+        with pytest.raises(RunDirError, match="already locked"), RunDir(run_dir).lock():
+            pass
+        seen.append(resume)
+        return TrainResult(run_dir, 0, 0, None, None)
+
+    train_run_dir(run, load_train_config(None, TINY), loop=loop)
+    assert seen == [False]
+
+
 # ------------------------------------------------------------------ --config on an existing run
 def test_config_rule_on_an_existing_run(tmp_path, capsys):
     run, cfg = tmp_path / "run", tiny_config(tmp_path)
@@ -93,12 +116,12 @@ def test_config_rule_on_an_existing_run(tmp_path, capsys):
     # overrides on resume extend the run and are recorded in its config
     assert main(["train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=16"]) == 0
     assert "total_frames: 16" in (run / "config.yaml").read_text()
-    assert [r["update"] for r in read_log(run)] == [1, 2]
+    assert [r["update"] for r in RunDir(run).read_log()] == [1, 2]
 
     # --overwrite starts afresh
     assert main(["train", "--config", str(cfg), "--run-dir", str(run), "--no-progress", "--overwrite",
                  "ppo.total_frames=8", "ppo.lr=1e-3"]) == 0
-    assert [r["update"] for r in read_log(run)] == [1]
+    assert [r["update"] for r in RunDir(run).read_log()] == [1]
     assert "lr: 0.001" in (run / "config.yaml").read_text()
 
 
@@ -123,7 +146,7 @@ def test_resuming_from_the_backup_keeps_the_backup(tmp_path):
               say=lambda _: None)
     assert backup.read_bytes() == good_backup  # the corrupt last.pt was not rotated into it
     assert torch.load(last, weights_only=True)["update"] == 2
-    assert [r["update"] for r in read_log(run)] == [1, 2]
+    assert [r["update"] for r in RunDir(run).read_log()] == [1, 2]
 
 
 def test_kill_9_at_ten_random_moments_loses_nothing(tmp_path):
@@ -147,10 +170,10 @@ def test_kill_9_at_ten_random_moments_loses_nothing(tmp_path):
         proc.wait()
     done = glamrl(*args)
     assert done.returncode == 0, done.stderr
-    rows = read_log(run)
+    rows = RunDir(run).read_log()
     assert [r["update"] for r in rows] == list(range(1, 41))
     assert [r["frames"] for r in rows] == [8 * u for u in range(1, 41)]
-    assert load_checkpoint(run)["update"] == 40
+    assert RunDir(run).load_checkpoint().progress.update == 40
     assert not [p.name for p in run.rglob(".*tmp-*")]  # the killed writers' temporaries were removed
 
 

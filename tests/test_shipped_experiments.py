@@ -11,7 +11,7 @@ import yaml
 from glamrl.cli import main
 from glamrl.config import load_train_config
 from glamrl.eval import experiment as experiment_module
-from glamrl.run.log import read_log
+from glamrl.run.dir import RunDir
 
 SHIPPED = sorted(Path("configs/experiments").glob("*.yaml"))
 FRAMES = 32
@@ -72,7 +72,7 @@ def test_shipped_experiment_runs_end_to_end_shrunk(path, tmp_path, monkeypatch, 
         if "agent" in spec:
             assert (run / "eval.json").is_file()
         else:
-            assert read_log(run)[-1]["frames"] >= FRAMES, name
+            assert RunDir(run).read_log()[-1]["frames"] >= FRAMES, name
     report = (tmp_path / "out" / "report.md").read_text()
     assert all(f"| {name} |" in report or f"{name} (evaluated)" in report for name in data["runs"])
     capsys.readouterr()

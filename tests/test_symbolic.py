@@ -7,7 +7,6 @@ import torch
 
 from glamrl.agents.factory import make_agent, make_model, restore_agent
 from glamrl.agents.symbolic import MISSION_TOKENS, ACModel, SymbolicAgent
-from glamrl.run.checkpoint import load_checkpoint
 from glamrl.cli import main
 from glamrl.config import AgentConfig, SymbolicConfig, load_train_config
 from glamrl.envs import make_vector_env
@@ -16,7 +15,7 @@ from glamrl.rl.buffer import RolloutBuffer
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients, ppo_loss
 from glamrl.rollout import evaluate, step
-from glamrl.run.log import read_log
+from glamrl.run.dir import RunDir
 from glamrl.train.common import evaluate_policy
 from glamrl.train.ppo import train_ppo
 
@@ -45,7 +44,7 @@ def test_symbolic_ppo_learns_go_to_obj_and_beats_random_on_the_same_seeds(tmp_pa
     print(f"random {random_success:.2f}, symbolic {result.success_before:.2f} -> {result.success_after:.2f}")
     assert random_success < 0.55
     assert result.success_after >= random_success + 0.4
-    rows = read_log(tmp_path / "run")
+    rows = RunDir(tmp_path / "run").read_log()
     assert len(rows) == 10 and rows[-1]["num_frames_mean"] < rows[0]["num_frames_mean"]
 
 
@@ -255,7 +254,7 @@ def test_cli_smoke_run_of_each_config(tmp_path, capsys, config):
     code = main(["train", "--config", config, "--run-dir", str(run), "--no-progress", "env.num_envs=8",
                  "ppo.minibatch_size=160", "ppo.total_frames=320", "run.eval_episodes=8", "run.tensorboard=false"])
     assert code == 0 and "trained 1 updates, 320 frames" in capsys.readouterr().out
-    (row,) = read_log(run)
+    (row,) = RunDir(run).read_log()
     assert row["frames"] == 320 and row["entropy"] > 1.5 and (run / "curves.png").exists()
 
 
@@ -264,11 +263,11 @@ def test_short_symbolic_run_with_memory_trains_and_resumes(tmp_path, config):
     run = tmp_path / "run"
     first = train_ppo(load_train_config(config, [*TINY_40, "ppo.total_frames=1280"]), run, progress=False,
                   say=lambda _: None)
-    trained = {name: t.clone() for name, t in load_checkpoint(run)["policy"].items()}
+    trained = {name: t.clone() for name, t in RunDir(run).load_checkpoint().policy.items()}
     result = train_ppo(load_train_config(config, [*TINY_40, "ppo.total_frames=1920"]), run, resume=True,
                    progress=False, say=lambda _: None)
-    assert first.updates == 2 and result.updates == 3 and [r["update"] for r in read_log(run)] == [1, 2, 3]
-    assert any(not torch.equal(trained[name], t) for name, t in load_checkpoint(run)["policy"].items())
+    assert first.updates == 2 and result.updates == 3 and [r["update"] for r in RunDir(run).read_log()] == [1, 2, 3]
+    assert any(not torch.equal(trained[name], t) for name, t in RunDir(run).load_checkpoint().policy.items())
     envs = make_vector_env("BabyAI-GoToObjS4-v0", 2)
     agent, cfg = restore_agent(run, envs, kind="symbolic")  # what `glamrl eval --run` does
     assert cfg.symbolic.memory and evaluate(envs, agent, 4, seed=0)["episodes"] == 4
@@ -279,11 +278,11 @@ def test_max_minutes_stops_after_an_update_with_a_checkpoint_and_resumes(tmp_pat
     overrides = [*TINY_ENVS, "ppo.num_steps=32", "ppo.minibatch_size=128", "ppo.total_frames=100000",
                  "run.max_minutes=1e-6"]
     first = train_ppo(load_train_config("configs/symbolic_small.yaml", overrides), run, progress=False, say=lambda _: None)
-    assert first.updates == 1 and load_checkpoint(run)["update"] == 1  # run.checkpoint_every is 4
+    assert first.updates == 1 and RunDir(run).load_checkpoint().progress.update == 1  # run.checkpoint_every is 4
     again = train_ppo(load_train_config("configs/symbolic_small.yaml", overrides), run, resume=True, progress=False,
                   say=lambda _: None)
     assert again.updates == 1  # the cap counts the run's training time, not this invocation's: used up
-    raised = [*overrides[:-1], f"run.max_minutes={load_checkpoint(run)['duration'] / 60 * 1.000001}"]
+    raised = [*overrides[:-1], f"run.max_minutes={RunDir(run).load_checkpoint().progress.duration / 60 * 1.000001}"]
     more = train_ppo(load_train_config("configs/symbolic_small.yaml", raised), run, resume=True, progress=False,
                  say=lambda _: None)
     assert more.updates == 2 and more.frames == 1024  # raised: one more update crosses it

@@ -11,7 +11,7 @@ import pytest
 
 from glamrl.cli import main
 from glamrl.config import ConfigError, load_train_config, load_yaml
-from glamrl.run.log import read_log
+from glamrl.run.dir import RunDir
 from glamrl.run.metrics import tag
 
 TINY = ("env:\n  id: BabyAI-TurnToObject-v0\n  num_envs: 4\nmodel:\n  name: tiny-llama\n  device: cpu\n"
@@ -29,7 +29,7 @@ def train(tmp_path, tracker: str) -> tuple:
                            "--no-progress", f"run.tracker={tracker}", f"run.tracker_project={PROJECT}"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
-    return run, read_log(run)
+    return run, RunDir(run).read_log()
 
 
 def expected(rows: list[dict[str, float]]) -> dict[tuple[int, str], float]:

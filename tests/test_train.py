@@ -10,10 +10,9 @@ import time
 import pytest
 import torch
 
-from glamrl.run.checkpoint import load_checkpoint
 from glamrl.config import ModelConfig, load_train_config
 from glamrl.envs.actions import ACTION_NAMES
-from glamrl.run.log import read_log
+from glamrl.run.dir import RunDir
 from glamrl.run.metrics import LOG_METRICS
 from glamrl.train.ppo import TrainingDiverged, train_ppo
 
@@ -41,7 +40,7 @@ def test_ppo_learns_to_turn_towards_the_object_named_in_the_text(tmp_path, extra
     print(f"success {result.success_before:.2f} -> {result.success_after:.2f}")
     assert result.success_before < 0.6  # only one of six actions succeeds
     assert result.success_after >= 0.9
-    rows = read_log(tmp_path / "run")
+    rows = RunDir(tmp_path / "run").read_log()
     assert [r["update"] for r in rows] == list(range(1, 61))
     assert rows[-1]["frames"] == 3840
 
@@ -50,7 +49,7 @@ def test_checkpoint_holds_trained_weights_and_resume_continues(tmp_path):
     run = tmp_path / "run"
     cfg = load_train_config(None, [*TINY, "ppo.total_frames=128"])
     train_ppo(cfg, run, progress=False, say=lambda _: None)
-    state = load_checkpoint(run)
+    state = RunDir(run).load_checkpoint().to_dict()
     assert (state["update"], state["frames"]) == (2, 128)
     assert set(state) == {"trainer", "update", "frames", "episodes", "duration", "policy", "optimizer", "rng",
                           "config"}  # the keys PPO's checkpoints have always had (ppo.value_norm adds value_norm)
@@ -62,13 +61,13 @@ def test_checkpoint_holds_trained_weights_and_resume_continues(tmp_path):
     longer = load_train_config(None, [*TINY, "ppo.total_frames=256"])
     result = train_ppo(longer, run, resume=True, progress=False, say=lambda _: None)
     assert result.updates == 4
-    assert [r["update"] for r in read_log(run)] == [1, 2, 3, 4]
+    assert [r["update"] for r in RunDir(run).read_log()] == [1, 2, 3, 4]
 
 
 def test_every_column_ppo_logs_reaches_log_csv_and_is_documented(tmp_path):
     train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=128", "ppo.value_norm=true"]), tmp_path / "run",
               progress=False, say=lambda _: None)
-    rows = read_log(tmp_path / "run")
+    rows = RunDir(tmp_path / "run").read_log()
     assert rows[-1]["value_std"] > 0 and math.isfinite(rows[-1]["value_mean"])  # ppo.value_norm's statistics
     assert set(rows[0]) <= set(LOG_METRICS) and (tmp_path / "run" / "curves.png").exists()
 
@@ -77,23 +76,23 @@ def test_frozen_trunk_run_saves_only_the_top_and_resumes(tmp_path):
     run = tmp_path / "run"
     train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=64", "model.train_layers=1"]), run,
           progress=False, say=lambda _: None)
-    saved = load_checkpoint(run)["policy"]
+    saved = RunDir(run).load_checkpoint().policy
     assert saved and all(k.startswith("value_head") or ".layers.1." in k or k.startswith(("llm.model.norm", "llm.lm_head"))
                          for k in saved), sorted(saved)
     result = train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=128", "model.train_layers=1"]), run,
                    resume=True, progress=False, say=lambda _: None)
-    assert result.updates == 2 and [r["update"] for r in read_log(run)] == [1, 2]
+    assert result.updates == 2 and [r["update"] for r in RunDir(run).read_log()] == [1, 2]
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the 1e40 reward overflows float32 on purpose
 def test_non_finite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(tmp_path):
     run = tmp_path / "run"
     train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=64"]), run, progress=False, say=lambda _: None)
-    before = load_checkpoint(run)
+    before = RunDir(run).load_checkpoint().to_dict()
     bad = load_train_config(None, [*TINY, "ppo.total_frames=128", "ppo.reward_scale=1e40"])  # inf in float32
     with pytest.raises(TrainingDiverged, match="non-finite PPO loss at update 2"):
         train_ppo(bad, run, resume=True, progress=False, say=lambda _: None)
-    after = load_checkpoint(run)
+    after = RunDir(run).load_checkpoint().to_dict()
     assert after["update"] == before["update"] == 1
 
 
@@ -135,22 +134,22 @@ def test_resume_after_sigkill_has_no_duplicate_or_missing_rows(tmp_path):
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    killed_at = load_checkpoint(run)["update"]
+    killed_at = RunDir(run).load_checkpoint().progress.update
     assert killed_at >= 2
 
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     assert f"resuming {run} after update {killed_at}" in done.stdout
-    rows = read_log(run)
+    rows = RunDir(run).read_log()
     assert [r["update"] for r in rows] == list(range(1, 26))
     assert [r["frames"] for r in rows] == [64 * u for u in range(1, 26)]
-    assert load_checkpoint(run)["update"] == 25
+    assert RunDir(run).load_checkpoint().progress.update == 25
 
 
 def test_npae_action_heads_train_through_the_same_loop(tmp_path):
     cfg = load_train_config(None, [*TINY, "ppo.total_frames=64", "model.pretrained=false", "model.use_action_heads=true"])
     result = train_ppo(cfg, tmp_path / "run", progress=False, say=lambda _: None)
-    state = load_checkpoint(tmp_path / "run")
+    state = RunDir(tmp_path / "run").load_checkpoint().to_dict()
     assert result.updates == 1 and any(k.startswith("action_heads.") for k in state["policy"])
 
 
@@ -158,7 +157,7 @@ def test_stop_at_success_ends_after_the_first_update_that_reaches_it(tmp_path):
     run = tmp_path / "run"
     cfg = load_train_config(None, [*TINY, "ppo.total_frames=3840", "run.stop_at_success=0.3", "run.eval_episodes=0"])
     result = train_ppo(cfg, run, progress=False, say=lambda _: None)
-    rows = read_log(run)
+    rows = RunDir(run).read_log()
     rates = [r.get("success_rate", 0.0) for r in rows]
     assert result.frames < 3840 and rates[-1] >= 0.3 and all(rate < 0.3 for rate in rates[:-1])
-    assert load_checkpoint(run)["update"] == len(rows)  # stopped with a checkpoint of its last update
+    assert RunDir(run).load_checkpoint().progress.update == len(rows)  # stopped with a checkpoint of its last update

@@ -42,7 +42,6 @@ from glamrl.errors import GlamrlError
 from glamrl.stats import AGGREGATE_TITLES, BOOTSTRAP_REPS, METRICS, interval_over_seeds
 from glamrl.files import write_text, writing
 from glamrl.run.dir import LOG_FILE, MARKER, RunDir
-from glamrl.run.log import read_log
 
 RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 """A run's name: one folder name (its run directories are OUT/NAME-seedS), never a path."""
@@ -205,7 +204,7 @@ def is_finished(experiment: Experiment, spec: RunSpec, seed: int) -> bool:
         return (directory / "eval.json").exists()
     if not (directory / LOG_FILE).exists():
         return False
-    rows = read_log(directory)
+    rows = RunDir(directory).read_log()
     if not rows:
         return False
     cfg = load_train_config(spec.config, train_overrides(experiment, spec, seed))
@@ -366,7 +365,7 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
         return _over_seeds(values, runs, metric, aggregate, reps)
 
     for spec, group in trained:
-        logs = [read_log(d) for d in group]
+        logs = [RunDir(d).read_log() for d in group]
         reached = [time_to_target(rows, experiment.target) for rows in logs]
         hits = [r for r in reached if r is not None]
         # the last row that finished episodes (an empty success_rate cell, NaN: none ended in that row)

@@ -193,7 +193,7 @@ def _duration(seconds: float) -> str:
 
 
 def _training_section(run_dir: Path, trainer: str, progress: Progress) -> list[str]:
-    from glamrl.run.log import LogNotFoundError, read_log
+    from glamrl.run.log import LogNotFoundError
 
     if trainer == "bc":
         return [f"- {_count(progress.update, 'optimizer step')} of behavioural cloning on "
@@ -202,7 +202,7 @@ def _training_section(run_dir: Path, trainer: str, progress: Progress) -> list[s
              f"{_count(progress.episodes, 'episode')}, wall time {_duration(progress.duration)} "
              f"({progress.duration:.0f} s, collection and updates together)."]
     try:
-        rows = read_log(run_dir)
+        rows = RunDir(run_dir).read_log()
     except LogNotFoundError:
         return lines
     recent = [r for r in rows[-10:] if not math.isnan(r.get("success_rate", math.nan))]  # nan or absent: none ended

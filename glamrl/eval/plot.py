@@ -27,7 +27,6 @@ from glamrl.errors import GlamrlError  # noqa: E402
 from glamrl.files import atomic_output  # noqa: E402
 from glamrl.run.dir import MARKER  # noqa: E402
 from glamrl.run.dir import RunDir  # noqa: E402
-from glamrl.run.log import read_log  # noqa: E402
 from glamrl.run.metrics import LOG_METRICS, column_order, label  # noqa: E402
 
 GRID_POINTS = 200
@@ -130,7 +129,7 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
     if smooth < 1:
         raise ValueError(f"plot_runs: smooth must be a window of >= 1 points, got {smooth}")
     groups = group_runs(run_dirs)
-    logs = {run: read_log(run) for group in groups for run in group}
+    logs = {run: RunDir(run).read_log() for group in groups for run in group}
     check_metrics(metrics, list(logs.values()))
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):

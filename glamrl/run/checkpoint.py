@@ -1,10 +1,10 @@
 """Atomic checkpoints with a backup, the one schema every training loop saves, and the RNG states that make a
 resume exact.
 
-Layout (the paths are `RunDir`'s): `RUN_DIR/checkpoints/last.pt` is the latest checkpoint, `backup.pt` the one
-before it. A save never leaves a moment without a complete checkpoint on disk, so a
-kill -9 at any instant is survivable; a load falls back to the backup when the latest
-file is truncated or corrupt.
+Two files, whose paths the caller gives (a run's are `RunDir.last_checkpoint` and `RunDir.backup_checkpoint`:
+`RUN_DIR/checkpoints/last.pt` and `backup.pt`): `last` is the latest checkpoint, `backup` the one before it.
+A save never leaves a moment without a complete checkpoint on disk, so a kill -9 at any instant is survivable;
+a load falls back to the backup when the latest file is truncated or corrupt.
 
 Writes go through the one atomic writer (`glamrl.files.atomic_output`). A checkpoint that
 does not fit the network the config builds (an architecture field changed since it was
@@ -12,7 +12,8 @@ saved) is refused in one line naming the fields that changed (`restoring`).
 
 What a training loop saves is a `Checkpoint` (trainer, progress counters, trainable weights, optimizer,
 RNGs, config, and the loop's own extras), stored as a flat dict. `save_checkpoint` and `load_checkpoint`
-move any such dict; `RunDir.save_checkpoint` / `RunDir.load_checkpoint` move `Checkpoint`s.
+move any such dict between two paths; `RunDir.save_checkpoint` / `RunDir.load_checkpoint` move `Checkpoint`s
+between a run's.
 
 Checkpoints are read with `torch.load(weights_only=True)`: a state may hold tensors,
 state dicts and plain Python values (dict, list, tuple, int, float, str, bool, None),
@@ -40,7 +41,6 @@ import torch
 from glamrl.config import changed_fields, flatten
 from glamrl.errors import GlamrlError
 from glamrl.files import WriteError, atomic_output
-from glamrl.run.dir import RunDir
 
 ARCHITECTURE_SECTIONS = ("model", "prompt", "symbolic", "drrn")
 """Config sections whose fields may shape the saved tensors (named when a checkpoint does not fit)."""
@@ -134,33 +134,31 @@ def _reason(error: Exception) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
 
 
-def save_checkpoint(run_dir: str | os.PathLike, state: dict[str, Any]) -> Path:
-    """Write `state` to `checkpoints/last.pt` atomically; the previous one becomes `backup.pt`.
+def save_checkpoint(last: Path, backup: Path, state: dict[str, Any]) -> Path:
+    """Write `state` to the file `last` atomically; the previous one becomes `backup`. Returns `last`.
 
-    Order: write and fsync a temp file; hard-link (or copy) last.pt to a second temp file
-    and rename it over backup.pt; rename the first temp file over last.pt; fsync the
-    directory (each step through `atomic_output`). Each rename is atomic, so last.pt is always a
-    complete checkpoint. A last.pt
-    that is torn or not a checkpoint (a resume fell back to the backup) is never rotated into backup.pt: the
+    Order: write and fsync a temp file; hard-link (or copy) `last` to a second temp file
+    and rename it over `backup`; rename the first temp file over `last`; fsync the
+    directory (each step through `atomic_output`). Each rename is atomic, so `last` is always a
+    complete checkpoint. A `last`
+    that is torn or not a checkpoint (a resume fell back to the backup) is never rotated into `backup`: the
     good backup stays until a newer good checkpoint exists.
     Raises TypeError, before writing anything, if `state` holds values a safe load refuses,
     and CheckpointError if the disk refuses the write (the previous checkpoints are kept).
     """
     _check_loadable(state)
-    run = RunDir(run_dir)
-    last = run.last_checkpoint
     try:
         with atomic_output(last) as new:
             with open(new, "wb") as f:  # a file object: a failed write surfaces as the OSError behind it
                 torch.save(state, f)
             if _intact(last):
-                with atomic_output(run.backup_checkpoint) as old:
+                with atomic_output(backup) as old:
                     try:
                         os.link(last, old)
                     except OSError:  # filesystem without hard links
                         shutil.copyfile(last, old)
     except WriteError as err:
-        raise CheckpointError(f"{err}; the previous checkpoints in {run.checkpoints} are kept") from None
+        raise CheckpointError(f"{err}; the previous checkpoints in {last.parent} are kept") from None
     return last
 
 
@@ -177,14 +175,12 @@ def _intact(path: Path) -> bool:
         return False
 
 
-def load_checkpoint(run_dir: str | os.PathLike) -> dict[str, Any] | None:
-    """Load the latest readable checkpoint, tensors on CPU: last.pt, else backup.pt (with a warning).
+def load_checkpoint(last: Path, backup: Path) -> dict[str, Any] | None:
+    """Load the latest readable checkpoint, tensors on CPU: the file `last`, else `backup` (with a warning).
 
-    Returns None when the run has no checkpoint; raises `CheckpointError` when files
-    exist but none of them can be read.
+    Returns None when neither exists; raises `CheckpointError` when files exist but none of them can be read.
     """
-    run = RunDir(run_dir)
-    paths = [run.last_checkpoint, run.backup_checkpoint]
+    paths = [Path(last), Path(backup)]
     if not any(p.exists() for p in paths):
         return None
     failures = []

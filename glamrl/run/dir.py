@@ -1,7 +1,7 @@
 """Run directories: `RunDir`, the one owner of a run's paths, its lock, its config and the resume rule.
 
     run = RunDir(run_dir)
-    with run.lock():                                    # a second process gets RunDirError naming the holder's PID
+    with run.lock():   # once, by glamrl.train.common.train_run_dir; another holder: RunDirError naming its PID
         cfg, resume = run.resolve_config(cfg, overrides)   # the resume rule (docs/concepts.md, "The run directory")
         ...train: run.load_checkpoint(), run.write_config(cfg), run.open_log(...), run.save_checkpoint(state)...
 
@@ -27,25 +27,24 @@ The rules that keep them safe, applied by every command:
   (`RunDir.check_new`).
 
 The lock is an `fcntl.flock` on `RUN_DIR/.lock`: the kernel drops it when the holder
-dies, so a `kill -9` never leaves a stale lock behind. It is re-entrant within one
-process. Readers (`glamrl eval --run`, `glamrl export`) take no lock. A start that fails
-before its config.yaml is written removes the lock file (and the directory) it created. Taking the
-lock removes the temporaries that killed writers left in the run directory and its checkpoints/.
+dies, so a `kill -9` never leaves a stale lock behind. One place takes it, for a training command's whole run
+(`glamrl.train.common.train_run_dir`, which also decides about resuming): taking it again in the same process
+is a `RunDirError`, as from another process. Readers (`glamrl eval --run`, `glamrl export`) take no lock. A
+start that fails before its config.yaml is written removes the lock file (and the directory) it created.
+Taking the lock removes the temporaries that killed writers left in the run directory and its checkpoints/.
 
 This module imports neither torch nor numpy (commands that only check paths import it): `RunDir`'s
-checkpoint and log methods import `glamrl.run.checkpoint` and `glamrl.run.log` when called.
+checkpoint and log methods import `glamrl.run.checkpoint` and `glamrl.run.log` when called, and pass them its
+paths: those modules take plain paths and import nothing of this one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import fcntl
-import functools
-import inspect
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,9 +76,6 @@ RUN_DATA = (CONFIG_FILE, HISTORY_FILE, LOG_FILE, PROBES_FILE, CHECKPOINTS, TB_DI
 """What a run needs to resume: never an output of another command."""
 RUN_FILES = (*RUN_DATA, CURVES_FILE)
 """Everything a run writes: what --overwrite deletes."""
-
-_held: dict[Path, int] = {}  # run directories this process has locked -> nesting depth
-
 
 class RunDirError(GlamrlError):
     """A run directory that cannot be used: locked by another process, not a directory, unwritable, not a run."""
@@ -216,15 +212,8 @@ class RunDir:
     # -------------------------------------------------------------- one process per run
     @contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold an exclusive lock on the run directory (created if needed) for the duration of the block."""
-        key = self.path.resolve()
-        if key in _held:
-            _held[key] += 1
-            try:
-                yield
-            finally:
-                _held[key] -= 1
-            return
+        """Hold an exclusive lock on the run directory (created if needed) for the duration of the block; one held
+        already, by another process or by this one, is a `RunDirError`."""
         reason = check_writable_dir(self.path)
         if reason is not None:
             raise RunDirError(f"--run-dir {self}: {reason}")
@@ -246,16 +235,17 @@ class RunDir:
             except BlockingIOError:
                 created = created_lock = False  # the holder's
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                if holder == str(os.getpid()):
+                    raise RunDirError(f"{self} is already locked by this process: a run directory is locked once, "
+                                      f"by the command that trains it (glamrl.train.common.train_run_dir)") from None
                 raise RunDirError(f"{self} is in use by another glamrl process (PID {holder}); "
                                   f"wait for it to finish or use another --run-dir") from None
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            _held[key] = 1
             for folder in (self.path, self.checkpoints):  # a killed holder's last write may have no successor
                 remove_stale_temps_in(folder)
             yield
         finally:
-            _held.pop(key, None)
             if created_lock and self.path.is_dir() and not self.is_run:  # a start that failed: leave no trace
                 lock.unlink(missing_ok=True)
                 if created and not any(self.path.iterdir()):
@@ -332,13 +322,13 @@ class RunDir:
         """Write `state` as checkpoints/last.pt, atomically; the previous one becomes backup.pt."""
         from glamrl.run.checkpoint import save_checkpoint
 
-        return save_checkpoint(self, state.to_dict())
+        return save_checkpoint(self.last_checkpoint, self.backup_checkpoint, state.to_dict())
 
     def load_checkpoint(self) -> Checkpoint | None:
         """The latest readable checkpoint (last.pt, else backup.pt), None when the run has none."""
         from glamrl.run.checkpoint import Checkpoint, load_checkpoint
 
-        state = load_checkpoint(self)
+        state = load_checkpoint(self.last_checkpoint, self.backup_checkpoint)
         return None if state is None else Checkpoint.from_dict(state)
 
     def open_log(self, resume_after_update: int | None = None, tensorboard: bool = True,
@@ -347,7 +337,13 @@ class RunDir:
         afresh."""
         from glamrl.run.log import RunLogger
 
-        return RunLogger(self, resume_after_update, tensorboard, tracker)
+        return RunLogger(self.log, resume_after_update, self.tensorboard if tensorboard else None, tracker)
+
+    def read_log(self) -> list[dict[str, float]]:
+        """The rows of log.csv, as floats (`glamrl.run.log.read_log`): a `LogNotFoundError` when there is none."""
+        from glamrl.run.log import read_log
+
+        return read_log(self.log)
 
 
 # ------------------------------------------------------------------ finding runs from any path
@@ -438,28 +434,3 @@ def check_output(path: Path, what: str = "--out", suffixes: Sequence[str] = (), 
             raise OutputError(f"{what} {path} exists and glamrl did not write it; give --overwrite to replace it, "
                               f"or choose another name")
     return path
-
-
-# ------------------------------------------------------------------ the lock and the rule, for callers with a path
-def run_lock(run_dir: Path) -> contextlib.AbstractContextManager[None]:
-    """`RunDir(run_dir).lock()`, for scripts that hold a path (benchmarks/baselines.py)."""
-    return RunDir(run_dir).lock()
-
-
-def resolve_run_config(run_dir: Path, cfg: TrainConfig | None, overrides: Sequence[str] = ()) -> tuple[TrainConfig, bool]:
-    """`RunDir(run_dir).resolve_config(cfg, overrides)`, for scripts that hold a path (benchmarks/baselines.py)."""
-    return RunDir(run_dir).resolve_config(cfg, overrides)
-
-
-def holds_run_lock(loop: Callable) -> Callable:
-    """Decorate a training loop with a `run_dir` argument to hold its lock while it runs (rank 0 only)."""
-    signature = inspect.signature(loop)
-
-    @functools.wraps(loop)
-    def locked(*args, **kwargs):
-        from glamrl.parallel import distributed  # torch: not imported by commands that only check paths
-
-        run = RunDir(signature.bind(*args, **kwargs).arguments["run_dir"])
-        with run.lock() if distributed.current().is_main else contextlib.nullcontext():
-            return loop(*args, **kwargs)
-    return locked

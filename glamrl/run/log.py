@@ -1,5 +1,7 @@
 """Run logs: `RUN_DIR/log.csv`, TensorBoard scalars in `RUN_DIR/tb/`, and the run's tracker, one stream.
 
+The paths are the caller's (`RunDir.open_log` and `RunDir.read_log` pass a run's).
+
 One CSV row per logged row of metrics, flushed and fsynced as it is written. Every key a loop logs is a
 column: a key not seen before adds one (SB3's CSV output does the same), the file rewritten atomically with
 the wider header and the earlier rows' new cells empty; the columns stay in `glamrl.run.metrics`' order
@@ -21,7 +23,6 @@ import numpy as np
 
 from glamrl.errors import GlamrlError
 from glamrl.files import atomic_output, writing
-from glamrl.run.dir import RunDir
 from glamrl.run.metrics import column_order, tag
 from glamrl.run.trackers import Tracker
 
@@ -77,18 +78,18 @@ def _truncate(path: Path, after_update: int) -> list[dict[str, str]]:
 
 
 class RunLogger:
-    """Append one row per update to log.csv and send the same metrics to TensorBoard and the tracker.
+    """Append one row per update to the CSV file `path` and send the same metrics to TensorBoard and the tracker.
 
     `resume_after_update`: the update of the checkpoint being resumed; rows after it are dropped. None starts a
-    fresh log, replacing any existing one. `log()` needs `update` and `frames` (the TensorBoard and tracker
-    step); any other key is a column. `tracker` (`glamrl.run.trackers.open_tracker`) is finished by `close`.
+    fresh log, replacing any existing one. `tensorboard`: the directory of the TensorBoard scalars; None writes
+    none. `log()` needs `update` and `frames` (the TensorBoard and tracker step); any other key is a column.
+    `tracker` (`glamrl.run.trackers.open_tracker`) is finished by `close`.
     """
 
-    def __init__(self, run_dir: str | os.PathLike, resume_after_update: int | None = None,
-                 tensorboard: bool = True, tracker: Tracker | None = None) -> None:
-        run = RunDir(run_dir)
-        run.path.mkdir(parents=True, exist_ok=True)
-        self.path = run.log
+    def __init__(self, path: Path, resume_after_update: int | None = None, tensorboard: Path | None = None,
+                 tracker: Tracker | None = None) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
         if resume_after_update is not None and self.path.exists():
             kept = _truncate(self.path, resume_after_update)
@@ -96,12 +97,12 @@ class RunLogger:
             _write_atomic(self.path, [])
         self._open(_read_rows(self.path)[0])  # a resumed log keeps its own header
         self._tb = None
-        if tensorboard:
+        if tensorboard is not None:
             from torch.utils.tensorboard import SummaryWriter
 
             # Hide TensorBoard points logged after the checkpoint by the run being resumed.
             purge_step = int(float(kept[-1]["frames"])) + 1 if kept and kept[-1].get("frames") else None
-            self._tb = SummaryWriter(str(run.tensorboard), purge_step=purge_step)
+            self._tb = SummaryWriter(str(tensorboard), purge_step=purge_step)
         self._tracker = tracker
 
     def _open(self, columns: list[str]) -> None:
@@ -162,12 +163,13 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, (float, np.floating)) and math.isnan(value))
 
 
-def read_log(run_dir: str | os.PathLike) -> list[dict[str, float]]:
-    """Rows of RUN_DIR/log.csv as floats; empty cells become NaN; a last row cut short by a kill is left out
-    (`_read_rows`). `LogFormatError` names a damaged line."""
-    path = RunDir(run_dir).log
+def read_log(path: Path) -> list[dict[str, float]]:
+    """Rows of the log.csv file `path` as floats; empty cells become NaN; a last row cut short by a kill is left
+    out (`_read_rows`). `LogFormatError` names a damaged line."""
+    path = Path(path)
     if not path.exists():
-        raise LogNotFoundError(f"no log.csv in {run_dir}: is it a glamrl run directory, and has it logged an update?")
+        raise LogNotFoundError(f"no {path.name} in {path.parent}: is it a glamrl run directory, and has it logged "
+                               f"an update?")
     header, body = _read_rows(path)
     return [{k: _number(v, path, number, k) for k, v in zip(header, cells)} for number, cells in body]
 

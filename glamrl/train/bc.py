@@ -32,7 +32,6 @@ from glamrl.agents.factory import make_model
 from glamrl.config import TrainConfig
 from glamrl.eval.demos import DemoFileError, read_demos
 from glamrl.run.checkpoint import Progress
-from glamrl.run.dir import holds_run_lock
 from glamrl.train.common import TrainResult, open_session
 
 
@@ -65,7 +64,6 @@ def bc_loss(policy: torch.nn.Module, prompts: list[str], actions: torch.Tensor,
     return -scores.float().gather(1, actions[:, None].to(scores.device)).mean()
 
 
-@holds_run_lock
 def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, progress: bool = True,
              say: Callable[[str], None] = print) -> TrainResult:
     """Clone the demonstrations of `data` into the LLM policy `cfg` describes (or resume RUN_DIR): bc.epochs

@@ -1,5 +1,8 @@
-"""What the training loops share (PPO, DRRN, behavioural cloning): a `Session` on the run directory, from
-opening or resuming the run to its last checkpoint, and the evaluation before and after.
+"""What the training loops share (PPO, DRRN, behavioural cloning): `train_run_dir`, the one place that takes a run
+directory's lock and decides whether the run resumes; a `Session` on the run directory, from opening or resuming
+the run to its last checkpoint; and the evaluation before and after.
+
+    result = train_run_dir(RunDir(run_dir), cfg, overrides)   # locked; new, resumed or refused; the registry's loop
 
 Each loop (`glamrl/train/ppo.py`, `drrn.py`, `bc.py`) reads top to bottom as its own algorithm and goes
 through its session in the same order:
@@ -15,6 +18,8 @@ through its session in the same order:
         session.save(model, optimizer, Progress(update, frames, episodes, duration), extra={...})
     return session.finish(model, update, frames, success_before)   # curves drawn, log closed, run evaluated
 
+A loop trains the run directory it is given, which its caller holds locked (`train_run_dir`: `glamrl train`,
+`glamrl bc`, `glamrl.train`); a test may call a loop on a directory of its own.
 The config is recorded only once the envs and the model could be built and the checkpoint restored into
 them: a start that fails leaves the run directory as it was. Under torchrun rank 0 alone reads and writes
 the run directory: the other ranks receive its checkpoint (or its refusal), stay silent, and take part in
@@ -33,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from glamrl.agents.factory import make_agent
-from glamrl.agents.registry import LOOP_RUN_FIELDS, SHARED_SECTIONS, check_trains, trainer
+from glamrl.agents.registry import (LOOP_RUN_FIELDS, SHARED_SECTIONS, AgentKindError, agent_kind, check_trains, load,
+                                    trainer)
 from glamrl.config import ConfigError, TrainConfig, changed_fields, flatten, load_yaml
 from glamrl.errors import GlamrlError
 from glamrl.parallel import distributed, sharding
@@ -41,7 +47,7 @@ from glamrl.rollout import eval_seed, run_episodes, summarize
 from glamrl.run import checkpoint
 from glamrl.run.checkpoint import Checkpoint, Progress, rng_state, seed_everything, set_rng_state
 from glamrl.run.dir import RunDir
-from glamrl.run.log import RunLogger, read_log
+from glamrl.run.log import RunLogger
 from glamrl.run.trackers import check_installed, open_tracker
 
 if TYPE_CHECKING:
@@ -175,6 +181,36 @@ class Session:
                                                 progress=progress, greedy=self.cfg.run.eval_greedy)
 
 
+def train_run_dir(run: RunDir, cfg: TrainConfig | None, overrides: Sequence[str] = (), overwrite: bool = False,
+                  loop: Callable[..., TrainResult] | None = None, command: str = "glamrl train", progress: bool = True,
+                  say: Callable[[str], None] = print) -> TrainResult:
+    """Train, resume or refuse the run in `run`, holding its lock throughout: the one place that takes a run
+    directory's lock and decides about resuming (as TRL's `train(resume_from_checkpoint=...)` does).
+
+    `cfg`: the --config file with the dotted `overrides` applied; None resumes the run with its saved config and
+    the `overrides` (the rule: `RunDir.resolve_config`; `overwrite` starts afresh). `loop`: the training loop,
+    called as `loop(cfg, run_dir, resume=..., progress=..., say=...)`; None: the one the registry names for the
+    config's agent kind. `command`: how the run is resumed, for a refusal's advice. Under torchrun rank 0 alone
+    takes the lock and reads the run directory; the other ranks receive its answer (or its refusal).
+    """
+    with contextlib.ExitStack() as held:
+        def claim() -> tuple[TrainConfig, bool]:
+            held.enter_context(run.lock())
+            return run.resolve_config(cfg, overrides, overwrite=overwrite, command=command)
+
+        chosen, resume = distributed.from_main(claim)
+        return (loop or kind_loop(chosen.agent.kind))(chosen, run.path, resume=resume, progress=progress, say=say)
+
+
+def kind_loop(kind: str) -> Callable[..., TrainResult]:
+    """The training loop `glamrl train` runs for the agent kind `kind` (the registry's); an evaluation-only kind
+    is refused in one line."""
+    found = agent_kind(kind).trainer  # ppo (llm, symbolic), drrn, ...
+    if found is None:
+        raise AgentKindError(f"agent.kind={kind} is evaluated, not trained: glamrl eval --agent {kind}")
+    return load(found.loop)
+
+
 def open_session(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str, progress: bool = True,
                  say: Callable[[str], None] = print) -> Session:
     """Check that the loop `trainer` trains this agent kind and reads every field the config sets, check the
@@ -222,7 +258,7 @@ def resumed_state(run: RunDir) -> Checkpoint | None:
     of the run (config.yaml, its history) is rewritten."""
     state = run.load_checkpoint()
     if state is not None and run.log.exists():
-        read_log(run.path)
+        run.read_log()
     return state
 
 

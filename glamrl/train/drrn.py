@@ -34,7 +34,6 @@ from glamrl.rl.dqn import double_q_loss, linear_epsilon
 from glamrl.rl.replay import ReplayMemory
 from glamrl.rollout import step
 from glamrl.run.checkpoint import Progress
-from glamrl.run.dir import holds_run_lock
 from glamrl.run.log import episode_stats
 from glamrl.train.common import TrainResult, open_session
 
@@ -64,7 +63,6 @@ def exploration(cfg: DRRNConfig, frames: int) -> Exploration:
                                                          cfg.epsilon_decay_frames))
 
 
-@holds_run_lock
 def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool = True,
                say: Callable[[str], None] = print) -> TrainResult:
     """Train (or resume, from RUN_DIR's last checkpoint) the DRRN agent `cfg` describes: up to drrn.total_frames,

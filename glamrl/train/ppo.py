@@ -32,7 +32,6 @@ from glamrl.rl.ppo import accumulate_gradients
 from glamrl.rl.value_norm import NoValueNorm, ValueNormalizer, make_value_normalizer
 from glamrl.rollout import step
 from glamrl.run.checkpoint import Progress
-from glamrl.run.dir import holds_run_lock
 from glamrl.run.log import episode_stats
 from glamrl.train.common import TrainResult, open_session, seed_everything
 
@@ -40,13 +39,12 @@ class TrainingDiverged(GlamrlError, RuntimeError):
     """The PPO loss became NaN or infinite."""
 
 
-@holds_run_lock
 def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: bool = True,
               say: Callable[[str], None] = print) -> TrainResult:
     """Train (or resume, from RUN_DIR's last checkpoint) the PPO agent `cfg` describes (a kind the registry
     trains with ppo: llm, symbolic).
 
-    Holds RUN_DIR's lock throughout: a second process on the same run directory is refused.
+    The caller holds RUN_DIR's lock and decided `resume` (`glamrl.train.common.train_run_dir`).
     Under torchrun (see `glamrl.parallel.distributed`) every rank calls this; rank 0 alone touches RUN_DIR.
     """
     session = open_session(cfg, run_dir, resume, "ppo", progress, say)
