@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from glamrl.agents.registry import agent_kind, kind_names, kinds_where
-from glamrl.config import EnvConfig, ModelConfig
+from glamrl.config import EnvConfig, ModelConfig, PromptConfig
 from glamrl.errors import GlamrlError
 from glamrl.files import disk_failure
 from glamrl.run.dir import RunDir, check_output
@@ -85,10 +85,10 @@ def add_episode_args(parser: argparse.ArgumentParser) -> None:
                              "level than the run's has its own tasks and step limit; with --suite: the level "
                              "the tests change the text of)")
     parser.add_argument("--episodes", type=positive_int, default=100)
-    parser.add_argument("--seed", type=non_negative_int, default=1,
+    parser.add_argument("--seed", type=non_negative_int, default=EnvConfig.seed,
                         help="eval: episode k plays from seed + 1000000 + k, whatever --num-envs (the episodes a "
                              "run with env.seed=SEED is evaluated on); demos: from seed + k")
-    parser.add_argument("--num-envs", type=positive_int, default=4)
+    parser.add_argument("--num-envs", type=positive_int, default=EnvConfig.num_envs)
     parser.add_argument("--task", default=None, help="restrict a Mixed level to one task kind (default: the run's)")
     parser.add_argument("--language", choices=("en", "fr"), default=None, help="default: the run's, else en")
 
@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     de = sub.add_parser("demos", help="record an agent's episodes as (prompt, action) JSONL records")
     add_agent_args(de)  # default: the bot
     add_episode_args(de)
-    de.add_argument("--nbr-obs", type=positive_int, default=3, help="observations kept in each recorded prompt")
+    de.add_argument("--nbr-obs", type=positive_int, default=PromptConfig.nbr_obs, help="observations kept in each recorded prompt")
     de.add_argument("--out", type=Path, required=True, help="JSONL file, one record per step")
 
     bc = sub.add_parser("bc", help="behavioural cloning of demonstrations into an LLM (resumes an existing run dir)")
@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--env", default=None,
                     help=f"BabyAI-Text level id (default: the test's, else the run's env.id, else {EnvConfig.id})")
     pp.add_argument("--test", default=None, help="play under a suite test, e.g. french or invented_words")
-    pp.add_argument("--seed", type=non_negative_int, default=1,
+    pp.add_argument("--seed", type=non_negative_int, default=EnvConfig.seed,
                     help="plays from seed + 1000000: the first episode of `glamrl eval --seed SEED` (episode k "
                          "of it is --seed SEED+k)")
     pp.add_argument("--language", choices=("en", "fr"), default=None, help="default: the run's, else en")
