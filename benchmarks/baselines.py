@@ -35,7 +35,7 @@ import torch
 from glamrl.agents.factory import make_agent, make_model, restore_agent
 from glamrl.train.bc import train_bc
 from glamrl.config import load_train_config
-from glamrl.eval.demos import record_demos, write_demos
+from glamrl.demos import record_demos, write_demos
 from glamrl.eval.plot import plot_runs
 from glamrl.rollout import eval_seed, evaluate, format_table, step
 from glamrl.run.dir import RunDir

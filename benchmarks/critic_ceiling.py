@@ -34,6 +34,7 @@ import torch
 from glamrl.agents.factory import make_agent, restore_model
 from glamrl.agents.registry import AgentKindError
 from glamrl.errors import GlamrlError
+from glamrl.llm.policy import prompt_of
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.value_norm import ValueNormalizer
 from glamrl.rollout import step
@@ -68,7 +69,7 @@ def collect(run: Path, steps: int, seed: int
     with torch.no_grad():
         for _ in range(steps):
             s = step(envs, agent, obs)
-            prompts += s.decision.inputs
+            prompts += [prompt_of(x) for x in s.decision.inputs]  # model.critic_reads_step: (prompt, step)s
             elapsed.append(t.copy())
             episodes.append(episode.copy())
             t = np.where(s.done, 0, t + 1)

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from glamrl.eval.experiment import time_to_target
+from glamrl.experiment import time_to_target
 from glamrl.run.dir import RunDir
 
 CONFIG = "configs/goto_cpu.yaml"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -123,12 +124,20 @@ def add_agent_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
 
 
+def add_command(sub: argparse._SubParsersAction, name: str, command: Callable[[argparse.Namespace], None],
+                help: str) -> argparse.ArgumentParser:
+    """Declare the subcommand `name`, which `main` runs as `command(args)` (the parsed `args.command_fn`)."""
+    parser = sub.add_parser(name, help=help)
+    parser.set_defaults(command_fn=command)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="glamrl", description=__doc__, epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    ev = sub.add_parser("eval", help="evaluate an agent: success rate, return, length, per task")
+    ev = add_command(sub, "eval", cmd_eval, "evaluate an agent: success rate, return, length, per task")
     add_agent_args(ev)
     add_episode_args(ev)
     ev.add_argument("--out", type=Path, default=None, help="write the results as JSON")
@@ -136,27 +145,29 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run a generalisation suite (paper, french, all); its tests set env and language")
     ev.add_argument("--tests", default=None, help="comma-separated suite tests, e.g. french,invented_words")
 
-    tr = sub.add_parser("train", help="train an agent: llm, npae or symbolic with PPO, drrn off-policy (resumes a run dir)")
+    tr = add_command(sub, "train", cmd_train,
+                     "train an agent: llm, npae or symbolic with PPO, drrn off-policy (resumes a run dir)")
     tr.add_argument("--config", type=Path, default=None, help="YAML config (not needed to resume)")
     tr.add_argument("--run-dir", type=Path, default=None, help="default: runs/{env}-{model}-seed{seed}-{config hash}")
     tr.add_argument("--overwrite", action="store_true", help="delete what --run-dir holds and start afresh")
     tr.add_argument("--no-progress", action="store_true")
     tr.add_argument("overrides", nargs="*", help="dotted overrides, e.g. ppo.lr=1e-5 env.num_envs=8")
 
-    de = sub.add_parser("demos", help="record an agent's episodes as (prompt, action) JSONL records")
+    de = add_command(sub, "demos", cmd_demos, "record an agent's episodes as (prompt, action) JSONL records")
     add_agent_args(de)  # default: the bot
     add_episode_args(de)
     de.add_argument("--nbr-obs", type=positive_int, default=PromptConfig.nbr_obs, help="observations kept in each recorded prompt")
     de.add_argument("--out", type=Path, required=True, help="JSONL file, one record per step")
 
-    bc = sub.add_parser("bc", help="behavioural cloning of demonstrations into an LLM (resumes an existing run dir)")
+    bc = add_command(sub, "bc", cmd_bc,
+                     "behavioural cloning of demonstrations into an LLM (resumes an existing run dir)")
     bc.add_argument("--data", type=Path, required=True, help="JSONL demonstrations from glamrl demos")
     bc.add_argument("--config", type=Path, default=None, help="YAML config (model, prompt, bc sections)")
     bc.add_argument("--run-dir", type=Path, required=True)
     bc.add_argument("--no-progress", action="store_true")
     bc.add_argument("overrides", nargs="*", help="dotted overrides, e.g. bc.lr=1e-4 model.lora=true")
 
-    pl = sub.add_parser("plot", help="PNG of log.csv's metrics (success rate and return) against frames")
+    pl = add_command(sub, "plot", cmd_plot, "PNG of log.csv's metrics (success rate and return) against frames")
     pl.add_argument("runs", nargs="+", type=Path)
     pl.add_argument("--out", type=Path, default=Path("curves.png"))
     pl.add_argument("--metrics", type=name_list, default=None,
@@ -167,13 +178,15 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--probes", action="store_true", help="draw the run's probes.csv (pi(a | probe)) instead")
     pl.add_argument("--overwrite", action="store_true", help="replace an --out that glamrl did not write")
 
-    ex = sub.add_parser("export", help="write a run's policy as a Hugging Face model directory (+ value head, card)")
+    ex = add_command(sub, "export", cmd_export,
+                     "write a run's policy as a Hugging Face model directory (+ value head, card)")
     ex.add_argument("--run", type=Path, required=True, help="run directory with a checkpoint")
     ex.add_argument("--out", type=Path, required=True, help="directory to write (must be absent or empty)")
     ex.add_argument("--merge-lora", action="store_true", help="LoRA runs: merged full weights, not an adapter")
     ex.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
 
-    pp = sub.add_parser("play", help="one episode as a GIF (or a PNG sheet): picture, text, action probabilities")
+    pp = add_command(sub, "play", cmd_play,
+                     "one episode as a GIF (or a PNG sheet): picture, text, action probabilities")
     add_agent_args(pp)
     pp.add_argument("--env", default=None,
                     help=f"BabyAI-Text level id (default: the test's, else the run's env.id, else {EnvConfig.id})")
@@ -186,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--max-frames", type=positive_int, default=200)
     pp.add_argument("--out", type=Path, default=Path("episode.gif"))
 
-    xp = sub.add_parser("experiment", help="train several agents at equal frames (resumable), then plot and tabulate")
+    xp = add_command(sub, "experiment", cmd_experiment,
+                     "train several agents at equal frames (resumable), then plot and tabulate")
     xp.add_argument("file", type=Path, help="experiment YAML (e.g. configs/experiments/cpu_paper.yaml)")
     xp.add_argument("--task", type=non_negative_int, action="append", default=None,
                     help="train only this task (run) id; repeatable (SLURM: $SLURM_ARRAY_TASK_ID)")
@@ -199,10 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     xp.add_argument("--aggregate", choices=AGGREGATES, default="iqm",
                     help="the report's times and successes over seeds: interquartile mean or mean (rliable)")
 
-    cf = sub.add_parser("config", help="every config field with its type, default and help")
+    cf = add_command(sub, "config", cmd_config, "every config field with its type, default and help")
     cf.add_argument("section", nargs="?", default=None, help="one section only: env, prompt, model, ppo, ...")
 
-    rs = sub.add_parser("results", help="table (Markdown, CSV) and bar chart of suite JSONs over agents and seeds")
+    rs = add_command(sub, "results", cmd_results,
+                     "table (Markdown, CSV) and bar chart of suite JSONs over agents and seeds")
     rs.add_argument("inputs", nargs="+", type=Path, help="suite JSONs, or folders searched for them")
     rs.add_argument("--out", type=Path, default=Path("results"), help="folder for results.md, .csv and .png")
     rs.add_argument("--aggregate", choices=AGGREGATES, default="iqm",
@@ -241,7 +256,7 @@ def cmd_play(args: argparse.Namespace) -> None:
 
 
 def cmd_experiment(args: argparse.Namespace) -> None:
-    from glamrl.eval.experiment import load_experiment, report, report_files, run_dir, run_tasks, write_sbatch
+    from glamrl.experiment import load_experiment, report, report_files, run_dir, run_tasks, write_sbatch
 
     experiment = load_experiment(args.file)
     if args.sbatch is not None:
@@ -384,7 +399,7 @@ def cmd_suite(args: argparse.Namespace) -> None:
 
 
 def cmd_demos(args: argparse.Namespace) -> None:
-    from glamrl.eval.demos import record_demos, write_demos
+    from glamrl.demos import record_demos, write_demos
     from glamrl.envs.actions import action_names
     from glamrl.rollout import format_table
 
@@ -408,7 +423,7 @@ def cmd_bc(args: argparse.Namespace) -> None:
     result = train_run_dir(run, cfg, args.overrides, command=f"glamrl bc --data {args.data}",
                            loop=lambda c, run_dir, **how: train_bc(c, args.data, run_dir, **how),
                            progress=not args.no_progress)
-    print(f"cloned for {result.updates} steps ({result.frames} records); logs, checkpoints and {run.curves.name} "
+    print(f"cloned {result.frames} records ({result.log_rows} log rows); logs, checkpoints and {run.curves.name} "
           f"in {args.run_dir}")
 
 
@@ -437,7 +452,7 @@ def train_run(args: argparse.Namespace, cfg: TrainConfig | None = None) -> Path:
     result = train_run_dir(run, cfg, args.overrides, overwrite=args.overwrite, progress=not args.no_progress)
     if not distributed.current().is_main:
         return run.path
-    print(f"trained {result.updates} updates, {result.frames} frames; logs, checkpoints and {run.curves.name} "
+    print(f"trained {result.log_rows} updates, {result.frames} frames; logs, checkpoints and {run.curves.name} "
           f"in {run}")
     if result.success_before is not None and result.success_after is not None:
         print(f"success rate: {result.success_before:.3f} before -> {result.success_after:.3f} after")
@@ -445,7 +460,7 @@ def train_run(args: argparse.Namespace, cfg: TrainConfig | None = None) -> Path:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from glamrl.eval.export import export_run
+    from glamrl.export import export_run
 
     manifest = export_run(args.run, args.out, merge_lora=args.merge_lora, overwrite=args.overwrite)
     print(f"exported {args.run} to {args.out} ({manifest.weights} weights, value head, model card README.md)")
@@ -476,9 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     `glamrl: error:` line and exit 2; anything else is a bug and keeps its traceback."""
     args = build_parser().parse_args(argv)
     try:
-        {"eval": cmd_eval, "train": cmd_train, "demos": cmd_demos, "bc": cmd_bc, "plot": cmd_plot,
-         "results": cmd_results, "play": cmd_play, "export": cmd_export, "config": cmd_config,
-         "experiment": cmd_experiment}[args.command](args)
+        args.command_fn(args)
     except KeyboardInterrupt:
         print("glamrl: interrupted", file=sys.stderr)
         return 130

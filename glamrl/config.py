@@ -171,6 +171,14 @@ class ModelConfig:
     """default: PyTorch's initialisation of the value head (GLAM's). standardized: after the first rollout, the
     head's first layer is rescaled to read that rollout's hidden states standardised per feature (a
     data-dependent initialisation; the states an LLM gives its last prompt token differ little between prompts)."""
+    critic_reads_step: bool = False
+    """true: the value head reads, beside the hidden state, how far the episode has gone: x = step / max_steps
+    of the observation (the env's step count and the episode's limit) and sin, cos(pi x), sin, cos(2 pi x)
+    (glamrl.llm.heads.step_features), so that V can follow the reward's 1 - 0.9 x and the time-out, which a
+    one-observation prompt does not show. The action scores do not read it: only V changes. The PPO update
+    replays each frame's step from the rollout. Another value changes the head's shape: a run keeps its value,
+    and agent.init_from needs a run with the same. agent.kind=llm only (another kind's run refuses it, as it does
+    every model.* field); false: GLAM's V(prompt)."""
 
     def __post_init__(self) -> None:
         _check(self.score in SCORES, f"model.score must be one of {', '.join(SCORES)}, got {self.score!r}")
@@ -208,6 +216,10 @@ class ModelConfig:
 
 
 # ----------------------------------------------------------------------------- ppo
+ADVANTAGES = ("gae", "batch_baseline")
+"""How PPO estimates its advantages (ppo.advantage): glamrl/rl/gae.py's compute_gae or discounted_returns."""
+
+
 @dataclass
 class PPOConfig:
     total_frames: int = 1_500_000
@@ -260,8 +272,24 @@ class PPOConfig:
     task: the reward shrinks with the step count and a time-out is a failure). true: a time-out is bootstrapped
     from V(final observation), which is right only when the limit is not part of the task or the critic sees
     the step count."""
+    advantage: str = "gae"
+    """how an action's advantage is estimated. gae: GAE(ppo.gamma, ppo.gae_lambda) over the value head's
+    estimates (GLAM's). batch_baseline: critic-free, the discounted return-to-go within the rollout
+    (glamrl.rl.gae.discounted_returns) minus the mean of every return of the rollout (all ranks'), then
+    ppo.norm_adv as usual; the value head's outputs are not used nor is it trained (value loss 0), and
+    explained_variance is logged as nan. A time-out ends the return, and an episode still running at the
+    rollout's end is bootstrapped with 0: its last frames' returns read low, a bias that shrinks as
+    ppo.num_steps grows past the episode length (about L / num_steps of the frames sit in such cut episodes of
+    length L). Refuses ppo.value_norm, ppo.bootstrap_truncation and model.critic_reads_step, which belong to a
+    critic."""
 
     def __post_init__(self) -> None:
+        _check(self.advantage in ADVANTAGES,
+               f"ppo.advantage must be one of {', '.join(ADVANTAGES)}, got {self.advantage!r}")
+        if self.advantage == "batch_baseline":
+            for name in ("value_norm", "bootstrap_truncation"):
+                _check(not getattr(self, name), f"ppo.{name}=true needs a critic, and ppo.advantage=batch_baseline "
+                                                f"trains none: set ppo.{name}=false or ppo.advantage=gae")
         _check_range(self, "ppo", COUNT, "total_frames", "num_steps", "epochs", "minibatch_size", "grad_accum")
         _check_range(self, "ppo", POSITIVE, "lr", "adam_eps", "clip_eps", "max_grad_norm", "reward_scale")
         _check_range(self, "ppo", FRACTION, "adam_beta1", "adam_beta2", "value_norm_decay")
@@ -513,6 +541,9 @@ class TrainConfig:
         kind = KINDS.get(self.agent.kind)  # an unknown kind is refused by AgentConfig
         if kind is not None and "ppo" in kind.trainers:  # the rollout batch is PPO's alone
             self._check_rollout()
+        _check(not (self.model.critic_reads_step and self.ppo.advantage == "batch_baseline"),
+               "model.critic_reads_step=true feeds the critic, and ppo.advantage=batch_baseline trains none: "
+               "set one of them back (model.critic_reads_step=false or ppo.advantage=gae)")
         if self.run.sharding == "fsdp":
             _check(self.model.value_head_init == "default",
                    "run.sharding=fsdp shards the value head: model.value_head_init=standardized is not supported there")
@@ -794,20 +825,26 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """The mapping of sections in a YAML config file, or one ConfigError line saying what is wrong with it."""
+def read_yaml(path: str | Path, what: str = "config file") -> Any:
+    """What the YAML file `path` holds (a key given twice in a mapping refused), or one ConfigError line naming
+    `what` the file is and what is wrong with it: config files, experiment files and probe files all read so."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"{what} not found: {path}")
     try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except ConfigError as err:
-        raise ConfigError(f"config file {path}: {err}") from None
+        raise ConfigError(f"{what} {path}: {err}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ConfigError(f"config file {path} is not valid YAML: {reason}") from None
+        raise ConfigError(f"{what} {path} is not valid YAML: {reason}") from None
     except OSError as err:
-        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+        raise ConfigError(f"cannot read {what} {path}: {err.strerror}") from None
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping of sections in a YAML config file, or one ConfigError line saying what is wrong with it."""
+    data = read_yaml(path)
     if data is None:
         raise ConfigError(f"config file {path} is empty; give at least the sections to change (see configs/)")
     if not isinstance(data, dict):

@@ -83,14 +83,33 @@ def is_temp_of(name: str, final: str) -> bool:
     return any(name.startswith(f".{final}.{kind}-") for kind in ("tmp", "old"))
 
 
-def _pid_alive(pid: int) -> bool:
+def writer_alive(pid: int, wrote_ns: int) -> bool:
+    """Whether the process `pid` that began a temporary at `wrote_ns` (time.time_ns()) still runs. A live PID is
+    not enough: PIDs are reused (Linux hands out at most 32,768 by default, threads included), so where /proc
+    tells a process's start, one that started after the temporary was begun is another process."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's live process
         return True
-    return True
+    started = _start_seconds(pid)
+    return started is None or started <= wrote_ns / 1e9 + START_SLACK_S
+
+
+START_SLACK_S = 0.05
+"""How much later than a temporary's timestamp its writer may appear to have started: /proc counts in clock ticks."""
+
+
+def _start_seconds(pid: int) -> float | None:
+    """When process (or thread) `pid` started, in time.time()'s seconds; None where /proc does not say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime: clock ticks after boot
+    boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def remove_stale_temps(path: Path) -> None:
@@ -109,8 +128,8 @@ def remove_stale_temps_in(directory: Path, only_of: str | None = None) -> None:
         final = name[1:].rsplit(".", 1)[0]  # ".NAME.KIND-PID-NS" -> "NAME"
         if (only_of is not None and final != only_of) or not is_temp_of(name, final):
             continue
-        pid = name.rsplit("-", 2)[-2]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        pid, wrote_ns = name.rsplit("-", 2)[-2:]
+        if pid.isdigit() and wrote_ns.isdigit() and not writer_alive(int(pid), int(wrote_ns)):
             remove(entry)
 
 

@@ -11,7 +11,7 @@ import yaml
 import glamrl
 from glamrl.config import load_train_config
 from glamrl.envs.factory import make_env
-from glamrl.eval.export import export_run
+from glamrl.export import export_run
 from glamrl.prompts import PromptHistory
 from glamrl.run.dir import RunDir
 

@@ -1,11 +1,13 @@
 """Bot demonstrations and behavioural cloning: records, clone a tiny LLM, beat random, then PPO from it."""
 
+import csv
 import dataclasses
 import json
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from glamrl.agents.factory import restore_agent
 from glamrl.agents.registry import AgentKindError
@@ -13,7 +15,7 @@ from glamrl.run.dir import RunDir
 from glamrl.train.bc import train_bc
 from glamrl.run.checkpoint import load_checkpoint
 from glamrl.config import AgentConfig, ConfigError, load_train_config
-from glamrl.eval.demos import DemoFileError, read_demos
+from glamrl.demos import DemoFileError, read_demos
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.rollout import eval_seed, evaluate
 from glamrl.train.common import TrainerMismatchError, evaluate_policy
@@ -54,12 +56,14 @@ def test_cloning_a_tiny_llm_beats_random_and_ppo_starts_from_it(demos, tmp_path)
     run = tmp_path / "bc"
     cfg = load_train_config(None, TINY)
     result = train_bc(cfg, demos, run, progress=False, say=lambda _: None)
-    assert result.updates == 78 and RunDir(run).load_checkpoint().progress.update == 78
+    assert result.log_rows == 4 and RunDir(run).load_checkpoint().progress.log_rows == 4
     saved = load_checkpoint(RunDir(run).last_checkpoint, RunDir(run).backup_checkpoint)  # the dict on disk
-    assert set(saved) == {"trainer", "update", "frames", "episodes", "duration", "policy", "optimizer",
-                          "rng", "config", "data"}  # BC's keys, and now the episodes (0) of the others
+    assert set(saved) == {"trainer", "log_rows", "frames", "episodes", "duration", "policy", "optimizer",
+                          "rng", "config", "data", "steps"}  # the common keys (episodes 0), BC's data and steps
+    assert saved["steps"] == 78
     rows = RunDir(run).read_log()
-    assert [r["update"] for r in rows] == [20, 40, 60, 78] and rows[-1]["loss"] < rows[0]["loss"] / 10
+    assert [r["update"] for r in rows] == [1, 2, 3, 4] and [r["steps"] for r in rows] == [20, 40, 60, 78]
+    assert rows[-1]["loss"] < rows[0]["loss"] / 10
 
     eval_cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, eval_episodes=100))
     random_success = evaluate_policy(dataclasses.replace(eval_cfg, agent=AgentConfig(kind="random")), None)
@@ -82,8 +86,8 @@ def test_bc_stops_after_the_row_past_max_minutes_and_refuses_what_it_cannot_hono
     run = tmp_path / "bc"
     result = train_bc(load_train_config(None, [*TINY, "run.max_minutes=1e-6"]), demos, run, progress=False,
                       say=lambda _: None)  # of 78 steps, the first row's 20 (bc.log_every)
-    assert result.updates == 20 and [r["update"] for r in RunDir(run).read_log()] == [20]
-    assert RunDir(run).load_checkpoint().progress.update == 20
+    assert result.log_rows == 1 and [r["steps"] for r in RunDir(run).read_log()] == [20]
+    assert RunDir(run).load_checkpoint().progress.log_rows == 1
     for unread in ("run.stop_at_success=0.5", "run.checkpoint_every=2", "ppo.lr=0.1"):
         with pytest.raises(ConfigError, match=f"^{unread}: the bc loop does not read it"):
             train_bc(load_train_config(None, [*TINY, unread]), demos, tmp_path / "other", progress=False,
@@ -92,6 +96,29 @@ def test_bc_stops_after_the_row_past_max_minutes_and_refuses_what_it_cannot_hono
     with pytest.raises(AgentKindError, match="the bc loop trains agent kind llm, not 'drrn'"):
         train_bc(load_train_config(None, ["agent.kind=drrn", "prompt.nbr_obs=1"]), demos, tmp_path / "other",
                  progress=False, say=lambda _: None)
+
+
+def test_bc_resumes_a_checkpoint_that_counted_its_rows_in_optimizer_steps(demos, tmp_path):
+    run = RunDir(tmp_path / "bc")
+    train_bc(load_train_config(None, [*TINY, "run.max_minutes=1e-6"]), demos, run.path, progress=False,
+             say=lambda _: None)  # one row, of 20 steps
+    # as BC wrote it before `log_rows` and `steps`: the steps as "update", in the checkpoint and in the log
+    for path in (run.last_checkpoint, run.backup_checkpoint):
+        if path.exists():
+            state = torch.load(path, weights_only=True)
+            state.pop("log_rows")
+            torch.save({**state, "update": state.pop("steps")}, path)
+    with open(run.log, newline="") as f:
+        rows = list(csv.DictReader(f))
+    with open(run.log, "w", newline="") as f:
+        writer = csv.DictWriter(f, [c for c in rows[0] if c != "steps"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({**r, "update": r["steps"]} for r in rows)
+    result = train_bc(load_train_config(None, TINY), demos, run.path, resume=True, progress=False,
+                      say=lambda _: None)
+    rows = run.read_log()
+    assert [r["update"] for r in rows] == [20, 21, 22, 23] and [r["steps"] for r in rows[1:]] == [40, 60, 78]
+    assert result.log_rows == 23 and run.load_checkpoint().extra["steps"] == 78
 
 
 def test_bad_demonstration_files_are_one_clear_error(tmp_path):

@@ -160,21 +160,28 @@ def test_kill_9_during_saves_leaves_a_loadable_checkpoint(tmp_path):
 
 def test_one_schema_reads_the_checkpoints_every_loop_wrote(tmp_path):
     weights, common = {"w": torch.ones(2)}, {"optimizer": {"state": {}, "param_groups": []}, "rng": rng_state()}
-    ppo = {"trainer": "ppo", "policy": weights, **common, "update": 3, "frames": 96, "episodes": 7,
+    ppo = {"trainer": "ppo", "policy": weights, **common, "log_rows": 3, "frames": 96, "episodes": 7,
            "duration": 1.5, "config": {"env": {}}, "value_norm": {"weight": torch.tensor(0.5)}}
-    bc = {"trainer": "bc", "policy": weights, **common, "update": 4, "frames": 32, "data": {"sha256": "ab"},
-          "duration": 2.0, "config": {}}  # as BC wrote them: no episodes
-    unnamed = {key: value for key, value in ppo.items() if key != "trainer"}  # before checkpoints named their loop
     state = Checkpoint.from_dict(ppo)
-    assert state.progress == Progress(3, 96, 7, 1.5) and state.extra.keys() == {"value_norm"}
-    _assert_equal(state.to_dict(), ppo)  # the same keys and values: written by the loops as before
-    assert Checkpoint.from_dict(bc).progress.episodes == 0 and Checkpoint.from_dict(bc).extra == {"data": {"sha256": "ab"}}
+    assert state.progress == Progress(log_rows=3, frames=96, episodes=7, duration=1.5)
+    assert state.extra.keys() == {"value_norm"}
+    _assert_equal(state.to_dict(), ppo)  # the same keys and values: what the loops write
+    # older checkpoints: the rows stored as "update"; before that, no trainer; BC's with no episodes, and its
+    # optimizer steps as its rows (its log's `update` column held them)
+    old = {("update" if key == "log_rows" else key): value for key, value in ppo.items()}
+    assert Checkpoint.from_dict(old).progress == state.progress
+    _assert_equal(Checkpoint.from_dict(old).to_dict(), ppo)  # saved again, in today's keys, extra state kept
+    unnamed = {key: value for key, value in old.items() if key != "trainer"}  # before checkpoints named their loop
     assert Checkpoint.from_dict(unnamed).trainer == "ppo"
+    bc = {"trainer": "bc", "policy": weights, **common, "update": 4, "frames": 32, "data": {"sha256": "ab"},
+          "duration": 2.0, "config": {}}
+    assert Checkpoint.from_dict(bc).progress == Progress(4, 32, 0, 2.0)
+    assert Checkpoint.from_dict(bc).extra == {"data": {"sha256": "ab"}}
     run = RunDir(tmp_path / "run")
     run.save_checkpoint(state)
     _assert_equal(run.load_checkpoint().to_dict(), ppo)
     with pytest.raises(ValueError, match="common keys"):
-        Checkpoint("ppo", Progress(), weights, {}, {}, None, extra={"update": 1})
+        Checkpoint("ppo", Progress(), weights, {}, {}, None, extra={"update": 1})  # the older key of log_rows
 
 
 def test_locking_a_run_removes_the_temporaries_its_killed_writers_left(tmp_path):
@@ -184,8 +191,9 @@ def test_locking_a_run_removes_the_temporaries_its_killed_writers_left(tmp_path)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)
     left = [run.checkpoints / f".backup.pt.tmp-{dead_pid}-1", run.path / f".log.csv.tmp-{dead_pid}-2",
-            run.checkpoints / f".last.pt.tmp-{dead_pid}-3"]
-    live = run.checkpoints / f".last.pt.tmp-{os.getpid()}-4"  # a writer still running keeps its temporary
+            run.checkpoints / f".last.pt.tmp-{dead_pid}-3",
+            run.checkpoints / f".last.pt.tmp-{os.getpid()}-4"]  # a PID reused: this process began after it (1970)
+    live = run.checkpoints / f".last.pt.tmp-{os.getpid()}-{time.time_ns()}"  # a writer still running keeps its own
     for path in [*left, live]:
         path.write_bytes(b"partial")
     with run.lock():

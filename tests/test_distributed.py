@@ -80,7 +80,7 @@ def test_two_ranks_train_in_lockstep_on_different_episodes_and_resume(tmp_path):
     # and so does one process: the checkpoint does not depend on the number of ranks
     assert main(["train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=88"]) == 0
     assert [r["frames"] for r in RunDir(run).read_log()][-1] == 88
-    assert RunDir(run).load_checkpoint().progress.update == 6
+    assert RunDir(run).load_checkpoint().progress.log_rows == 6
 
 
 def test_a_killed_rank_stops_the_whole_run(tmp_path):
@@ -100,7 +100,7 @@ def test_a_killed_rank_stops_the_whole_run(tmp_path):
         proc.kill()
     assert proc.returncode != 0
     assert "Signal 9 (SIGKILL)" in output or "lost the other ranks" in output
-    assert RunDir(run).load_checkpoint().progress.update >= 1  # what was saved survives
+    assert RunDir(run).load_checkpoint().progress.log_rows >= 1  # what was saved survives
 
 
 # ------------------------------------------------------------------ FSDP2 sharding (run.sharding=fsdp)
@@ -119,7 +119,7 @@ def commands_rows(probe_dir: Path, rank: int, kind: str) -> dict[str, list[list[
 
 def assert_same_state(ddp: dict, fsdp: dict) -> None:
     """The FSDP checkpoint holds the DD-PPO one's trainable weights and Adam moments (whole tensors)."""
-    assert fsdp["update"] == ddp["update"] and fsdp["policy"].keys() == ddp["policy"].keys()
+    assert fsdp["log_rows"] == ddp["log_rows"] and fsdp["policy"].keys() == ddp["policy"].keys()
     for name, weight in ddp["policy"].items():
         torch.testing.assert_close(fsdp["policy"][name], weight, rtol=0, atol=1e-6)
     assert fsdp["optimizer"]["state"].keys() == ddp["optimizer"]["state"].keys()

@@ -128,11 +128,11 @@ def test_drrn_resume_continues_with_its_replay_memory(tmp_path):
     train_drrn(load_train_config(None, [*short, "drrn.total_frames=160"]), run, progress=False, say=lambda _: None)
     state = RunDir(run).load_checkpoint().to_dict()
     assert state["frames"] == 160 and state["replay"]["size"] == 160 and state["grad_steps"] == 11
-    assert set(state) == {"trainer", "update", "frames", "episodes", "duration", "policy", "optimizer", "rng",
+    assert set(state) == {"trainer", "log_rows", "frames", "episodes", "duration", "policy", "optimizer", "rng",
                           "config", "target", "replay", "grad_steps"}  # the keys DRRN's checkpoints have always had
     result = train_drrn(load_train_config(None, [*short, "drrn.total_frames=320"]), run, resume=True,
                         progress=False, say=lambda _: None)
-    assert result.updates == 2 and RunDir(run).load_checkpoint().extra["replay"]["size"] == 320
+    assert result.log_rows == 2 and RunDir(run).load_checkpoint().extra["replay"]["size"] == 320
     assert [r["update"] for r in RunDir(run).read_log()] == [1, 2]
 
 
@@ -146,7 +146,7 @@ def test_drrn_stops_after_the_row_past_max_minutes_with_a_checkpoint(tmp_path):
     result = train_drrn(load_train_config(None, [*UNTRAINED, "run.max_minutes=1e-6"]), run, progress=False,
                         say=lambda _: None)
     assert result.frames == 32 and [r["frames"] for r in RunDir(run).read_log()] == [32]
-    assert RunDir(run).load_checkpoint().progress.update == 1
+    assert RunDir(run).load_checkpoint().progress.log_rows == 1
     again = train_drrn(load_train_config(None, [*UNTRAINED, "run.max_minutes=1e-6"]), run, resume=True,
                        progress=False, say=lambda _: None)
     assert again.frames == 32 and len(RunDir(run).read_log()) == 1  # the time used up: a resume trains no further

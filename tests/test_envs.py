@@ -12,7 +12,8 @@ from glamrl.envs.describe import describe
 def test_observation_format_and_spaces():
     env = make_env("BabyAI-MixedTrainLocal-v0")
     obs, info = env.reset(seed=0)
-    assert set(obs) == {"image", "direction", "mission", "descriptions"}
+    assert set(obs) == {"image", "direction", "mission", "descriptions", "step", "max_steps"}
+    assert obs["step"] == 0 and obs["max_steps"] == env.unwrapped.max_steps > 0
     assert obs["image"].shape == (7, 7, 3) and obs["image"].dtype == np.uint8
     assert isinstance(obs["direction"], int) and isinstance(obs["mission"], str)
     assert isinstance(obs["descriptions"], tuple) and all(isinstance(s, str) for s in obs["descriptions"])

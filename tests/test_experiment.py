@@ -209,7 +209,7 @@ def test_sbatch_refuses_a_time_slurm_would_not_read(tmp_path, capsys, time):
 
 
 def test_sbatch_quotes_paths_and_creates_its_log_folder(tmp_path, capsys):
-    from glamrl.eval.experiment import check_slurm_time
+    from glamrl.experiment import check_slurm_time
 
     for time in ("30", "30:00", "02:00:00", "1-12", "1-12:30", "1-12:30:00"):
         check_slurm_time(time)  # SLURM's formats

@@ -15,7 +15,7 @@ from glamrl.config import ModelConfig, load_train_config
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.envs.factory import make_env
 from glamrl.agents.factory import restore_model
-from glamrl.eval.export import export_run
+from glamrl.export import export_run
 from glamrl.llm.exported import HEADS_FILE, MANIFEST_FILE, read_manifest
 from glamrl.llm.policy import LLMPolicy, PolicyStateError
 from glamrl.prompts import PromptHistory
@@ -219,14 +219,14 @@ def test_a_run_continues_from_an_export(exported, tmp_path):
     heads = load_file(out / HEADS_FILE)
     assert torch.equal(policy.value_head.mlp[0].weight, heads["value_head.mlp.0.weight"])
     result = train_ppo(cfg, tmp_path / "continued", progress=False, say=lambda _: None)
-    assert result.updates == 2 and (tmp_path / "continued" / "checkpoints" / "last.pt").exists()
+    assert result.log_rows == 2 and (tmp_path / "continued" / "checkpoints" / "last.pt").exists()
 
 
 def test_model_card_describes_the_run(exported):
     run_dir, out = exported["llama-lora"]
     card = (out / "README.md").read_text()
     progress = restore_model(run_dir, device="cpu")[2].progress
-    assert f"{progress.update} PPO updates, {progress.frames} frames" in card
+    assert f"{progress.log_rows} PPO updates, {progress.frames} frames" in card
     assert "BabyAI-TurnToObject-v0" in card and "Possible action of the agent: turn left" in card
     assert "PeftModel.from_pretrained" in card and "lora: true" in card
 

@@ -84,7 +84,7 @@ def test_auto_on_a_cpu_without_fast_bf16_runs_float32_says_so_records_it_and_res
 
     result = train_ppo(load_train_config(run / "config.yaml", ["ppo.total_frames=16"]), run, resume=True,
                    progress=False, say=said.append)
-    assert result.updates == 2
+    assert result.log_rows == 2
 
 
 def test_auto_on_this_machine_follows_its_real_facts(monkeypatch):

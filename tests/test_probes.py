@@ -41,6 +41,22 @@ def test_probe_file_errors_name_the_file(tmp_path):
         load_probes(tmp_path / "none.yaml", ACTION_NAMES)
 
 
+@pytest.mark.parametrize("text, error", [
+    ("- name: a\n  prompt: x\n  prompt: y\n", r"^probe file .*bad.yaml: key 'prompt' is given twice"),
+    ("- name: a\n  promt: x\n", r"^probe 0 of .*bad.yaml: unknown config key 'promt'; known keys: mission, name"),
+    ("- prompt: x\n- name: 3\n  prompt: y\n", r"^probe 1 of .*bad.yaml: name must be str, got 3"),
+    ("- mission: go\n  observation: You see a wall\n", r"^probe 0 of .*bad.yaml: observation must be a list"),
+    ("- mission: go\n", r"^probe 0 of .*bad.yaml needs 'prompt' \(a string\) or 'mission' and 'observation'"),
+    ("- prompt: x\n  mission: go\n  observation: [You see a wall]\n", r"needs .*, not both$"),
+])
+def test_probe_files_are_read_as_strictly_as_train_configs(tmp_path, text, error):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(ProbeError, match=error) as raised:
+        load_probes(bad, ACTION_NAMES)
+    assert "\n" not in str(raised.value)  # one line
+
+
 def test_run_logs_probes_every_update_and_resume_cuts_them(tmp_path):
     torch.set_num_threads(1)
     run = tmp_path / "run"

@@ -105,7 +105,7 @@ def test_a_kind_registered_alone_trains_resumes_and_evaluates(linear_kind, tmp_p
     assert [r["update"] for r in rows] == [1, 2] and rows[-1]["frames"] == 64
     assert all(np.isfinite(r["loss"]) and np.isfinite(r["approx_kl"]) for r in rows)
     state = RunDir(run).load_checkpoint().to_dict()
-    assert (state["trainer"], state["update"], state["frames"]) == ("ppo", 2, 64)
+    assert (state["trainer"], state["log_rows"], state["frames"]) == ("ppo", 2, 64)
     assert set(state["policy"]) == {"actor.weight", "actor.bias", "critic.weight", "critic.bias"}
 
     _, trained, _ = restore_model(run)  # the kind read back from config.yaml, its weights from the checkpoint
@@ -113,7 +113,7 @@ def test_a_kind_registered_alone_trains_resumes_and_evaluates(linear_kind, tmp_p
 
     assert glamrl.train(load_train_config(None, [*TINY, "ppo.total_frames=96"]), run_dir=run) == run  # resumed
     assert [r["update"] for r in RunDir(run).read_log()] == [1, 2, 3]
-    assert RunDir(run).load_checkpoint().progress.update == 3
+    assert RunDir(run).load_checkpoint().progress.log_rows == 3
 
     capsys.readouterr()
     assert main(["eval", "--run", str(run), "--episodes", "4", "--num-envs", "2"]) == 0

@@ -9,9 +9,9 @@ import yaml
 
 from glamrl.cli import main
 from glamrl.config import RESUMABLE, load_train_config
-from glamrl.eval.demos import DemoFileError, read_demos
+from glamrl.demos import DemoFileError, read_demos
 from glamrl.envs.actions import ACTION_NAMES
-from glamrl.eval.experiment import load_experiment, report
+from glamrl.experiment import load_experiment, report
 from glamrl.run.dir import RunDir
 from glamrl.train.bc import train_bc
 from glamrl.train.drrn import train_drrn
@@ -85,7 +85,7 @@ def experiment_file(tmp_path, name, overrides):
 def test_an_experiment_does_not_adopt_another_experiments_run(tmp_path, capsys):
     first = experiment_file(tmp_path, "first", [])
     spec, seed = load_experiment(first).tasks[0]
-    from glamrl.eval.experiment import train_overrides
+    from glamrl.experiment import train_overrides
     cfg = load_train_config(spec.config, train_overrides(load_experiment(first), spec, seed))
     fake_run(tmp_path / "out" / "tiny-seed1", cfg, [(1, 64, 0.5)])
     assert main(["experiment", str(first)]) == 0
@@ -107,7 +107,7 @@ def test_the_report_shows_the_last_row_that_finished_episodes(tmp_path):
     first = experiment_file(tmp_path, "first", [])
     experiment = load_experiment(first)
     spec, seed = experiment.tasks[0]
-    from glamrl.eval.experiment import train_overrides
+    from glamrl.experiment import train_overrides
     cfg = load_train_config(spec.config, train_overrides(experiment, spec, seed))
     fake_run(tmp_path / "out" / "tiny-seed1", cfg, [(1, 32, 0.25), (2, 64, None)])
     report(experiment)
@@ -173,7 +173,7 @@ def test_a_bc_run_refuses_another_config_with_bcs_advice(demos, tmp_path, capsys
 
 
 def test_the_export_card_of_a_bc_run_says_it_was_cloned(demos, tmp_path):
-    from glamrl.eval.export import export_run
+    from glamrl.export import export_run
 
     run = tmp_path / "bc"
     train_bc(load_train_config(None, BC), demos, run, **QUIET)

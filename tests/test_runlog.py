@@ -42,7 +42,7 @@ def test_resume_after_a_new_column_appeared(tmp_path, after, q_means):
         logger.log(_metrics(1))
         logger.log({**_metrics(2), "q_mean": 0.5})
         logger.log({**_metrics(3), "q_mean": 0.7})
-    with RunDir(tmp_path).open_log(resume_after_update=after, tensorboard=False) as logger:  # before or after it
+    with RunDir(tmp_path).open_log(resume_after_rows=after, tensorboard=False) as logger:  # before or after it
         for update in range(after + 1, 5):
             logger.log({**_metrics(update), "q_mean": update / 10, "value_std": 2.0})
     rows = RunDir(tmp_path).read_log()
@@ -55,7 +55,7 @@ def test_resume_drops_rows_after_the_checkpoint(tmp_path):
     with RunDir(tmp_path).open_log(tensorboard=False) as logger:
         for update in range(1, 6):
             logger.log(_metrics(update))
-    with RunDir(tmp_path).open_log(resume_after_update=3, tensorboard=False) as logger:
+    with RunDir(tmp_path).open_log(resume_after_rows=3, tensorboard=False) as logger:
         logger.log(_metrics(4))
     assert [r["update"] for r in RunDir(tmp_path).read_log()] == [1.0, 2.0, 3.0, 4.0]
 
@@ -65,7 +65,7 @@ def test_resume_drops_a_half_written_row(tmp_path):
         logger.log(_metrics(1))
     with open(tmp_path / "log.csv", "a") as f:
         f.write("2,,200")  # killed mid-row
-    with RunDir(tmp_path).open_log(resume_after_update=1, tensorboard=False) as logger:
+    with RunDir(tmp_path).open_log(resume_after_rows=1, tensorboard=False) as logger:
         logger.log(_metrics(2))
     assert [r["frames"] for r in RunDir(tmp_path).read_log()] == [100.0, 200.0]
 

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -254,7 +255,7 @@ def test_a_killed_exports_temporaries_are_removed_by_the_next_one(trained, tmp_p
     for folder in stale:
         folder.mkdir()
         (folder / "model.safetensors").write_bytes(b"x" * 1000)
-    kept = [tmp_path / f".exp.tmp-{os.getpid()}-3", tmp_path / f".other.tmp-{gone.pid}-4"]  # alive; not this output's
+    kept = [tmp_path / f".exp.tmp-{os.getpid()}-{time.time_ns()}", tmp_path / f".other.tmp-{gone.pid}-4"]  # alive; not this output's
     for folder in kept:
         folder.mkdir()
     assert main(["export", "--run", str(trained), "--out", str(tmp_path / "exp")]) == 0
@@ -361,7 +362,7 @@ def test_bc_resumes_only_on_the_data_it_was_cloned_from(demos, tmp_path, capsys)
     assert checksums(run) == before
     # the same data extends the run on purpose (bc.epochs), other data starts a new run from it
     assert main(["bc", "--data", str(demos), "--run-dir", str(run), "--no-progress", "bc.epochs=2"]) == 0
-    assert RunDir(run).load_checkpoint().progress.update == 4  # 16 records in batches of 8, two epochs
+    assert RunDir(run).load_checkpoint().extra["steps"] == 4  # 16 records in batches of 8, two epochs
     assert main(["bc", "--data", str(other), "--config", str(cfg), "--run-dir", str(tmp_path / "more"),
                  "--no-progress", *BC, f"agent.init_from={run}"]) == 0
 

@@ -145,7 +145,7 @@ def test_resuming_from_the_backup_keeps_the_backup(tmp_path):
         train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=16"]), run, resume=True, progress=False,
               say=lambda _: None)
     assert backup.read_bytes() == good_backup  # the corrupt last.pt was not rotated into it
-    assert torch.load(last, weights_only=True)["update"] == 2
+    assert torch.load(last, weights_only=True)["log_rows"] == 2
     assert [r["update"] for r in RunDir(run).read_log()] == [1, 2]
 
 
@@ -173,7 +173,7 @@ def test_kill_9_at_ten_random_moments_loses_nothing(tmp_path):
     rows = RunDir(run).read_log()
     assert [r["update"] for r in rows] == list(range(1, 41))
     assert [r["frames"] for r in rows] == [8 * u for u in range(1, 41)]
-    assert RunDir(run).load_checkpoint().progress.update == 40
+    assert RunDir(run).load_checkpoint().progress.log_rows == 40
     assert not [p.name for p in run.rglob(".*tmp-*")]  # the killed writers' temporaries were removed
 
 

@@ -10,7 +10,7 @@ import yaml
 
 from glamrl.cli import main
 from glamrl.config import load_train_config
-from glamrl.eval import experiment as experiment_module
+from glamrl import experiment as experiment_module
 from glamrl.run.dir import RunDir
 
 SHIPPED = sorted(Path("configs/experiments").glob("*.yaml"))

@@ -266,7 +266,7 @@ def test_short_symbolic_run_with_memory_trains_and_resumes(tmp_path, config):
     trained = {name: t.clone() for name, t in RunDir(run).load_checkpoint().policy.items()}
     result = train_ppo(load_train_config(config, [*TINY_40, "ppo.total_frames=1920"]), run, resume=True,
                    progress=False, say=lambda _: None)
-    assert first.updates == 2 and result.updates == 3 and [r["update"] for r in RunDir(run).read_log()] == [1, 2, 3]
+    assert first.log_rows == 2 and result.log_rows == 3 and [r["update"] for r in RunDir(run).read_log()] == [1, 2, 3]
     assert any(not torch.equal(trained[name], t) for name, t in RunDir(run).load_checkpoint().policy.items())
     envs = make_vector_env("BabyAI-GoToObjS4-v0", 2)
     agent, cfg = restore_agent(run, envs, kind="symbolic")  # what `glamrl eval --run` does
@@ -278,14 +278,14 @@ def test_max_minutes_stops_after_an_update_with_a_checkpoint_and_resumes(tmp_pat
     overrides = [*TINY_ENVS, "ppo.num_steps=32", "ppo.minibatch_size=128", "ppo.total_frames=100000",
                  "run.max_minutes=1e-6"]
     first = train_ppo(load_train_config("configs/symbolic_small.yaml", overrides), run, progress=False, say=lambda _: None)
-    assert first.updates == 1 and RunDir(run).load_checkpoint().progress.update == 1  # run.checkpoint_every is 4
+    assert first.log_rows == 1 and RunDir(run).load_checkpoint().progress.log_rows == 1  # run.checkpoint_every is 4
     again = train_ppo(load_train_config("configs/symbolic_small.yaml", overrides), run, resume=True, progress=False,
                   say=lambda _: None)
-    assert again.updates == 1  # the cap counts the run's training time, not this invocation's: used up
+    assert again.log_rows == 1  # the cap counts the run's training time, not this invocation's: used up
     raised = [*overrides[:-1], f"run.max_minutes={RunDir(run).load_checkpoint().progress.duration / 60 * 1.000001}"]
     more = train_ppo(load_train_config("configs/symbolic_small.yaml", raised), run, resume=True, progress=False,
                  say=lambda _: None)
-    assert more.updates == 2 and more.frames == 1024  # raised: one more update crosses it
+    assert more.log_rows == 2 and more.frames == 1024  # raised: one more update crosses it
 
 
 def test_fast_paths_equal_their_plain_references():

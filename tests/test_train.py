@@ -50,8 +50,8 @@ def test_checkpoint_holds_trained_weights_and_resume_continues(tmp_path):
     cfg = load_train_config(None, [*TINY, "ppo.total_frames=128"])
     train_ppo(cfg, run, progress=False, say=lambda _: None)
     state = RunDir(run).load_checkpoint().to_dict()
-    assert (state["update"], state["frames"]) == (2, 128)
-    assert set(state) == {"trainer", "update", "frames", "episodes", "duration", "policy", "optimizer", "rng",
+    assert (state["log_rows"], state["frames"]) == (2, 128)
+    assert set(state) == {"trainer", "log_rows", "frames", "episodes", "duration", "policy", "optimizer", "rng",
                           "config"}  # the keys PPO's checkpoints have always had (ppo.value_norm adds value_norm)
     from glamrl.llm.policy import LLMPolicy
 
@@ -60,7 +60,7 @@ def test_checkpoint_holds_trained_weights_and_resume_continues(tmp_path):
 
     longer = load_train_config(None, [*TINY, "ppo.total_frames=256"])
     result = train_ppo(longer, run, resume=True, progress=False, say=lambda _: None)
-    assert result.updates == 4
+    assert result.log_rows == 4
     assert [r["update"] for r in RunDir(run).read_log()] == [1, 2, 3, 4]
 
 
@@ -81,7 +81,7 @@ def test_frozen_trunk_run_saves_only_the_top_and_resumes(tmp_path):
                          for k in saved), sorted(saved)
     result = train_ppo(load_train_config(None, [*TINY, "ppo.total_frames=128", "model.train_layers=1"]), run,
                    resume=True, progress=False, say=lambda _: None)
-    assert result.updates == 2 and [r["update"] for r in RunDir(run).read_log()] == [1, 2]
+    assert result.log_rows == 2 and [r["update"] for r in RunDir(run).read_log()] == [1, 2]
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the 1e40 reward overflows float32 on purpose
@@ -93,7 +93,7 @@ def test_non_finite_loss_stops_with_a_clear_error_and_keeps_the_checkpoint(tmp_p
     with pytest.raises(TrainingDiverged, match="non-finite PPO loss at update 2"):
         train_ppo(bad, run, resume=True, progress=False, say=lambda _: None)
     after = RunDir(run).load_checkpoint().to_dict()
-    assert after["update"] == before["update"] == 1
+    assert after["log_rows"] == before["log_rows"] == 1
 
 
 def test_a_divergence_is_caught_in_the_weights_or_in_the_outputs():
@@ -134,7 +134,7 @@ def test_resume_after_sigkill_has_no_duplicate_or_missing_rows(tmp_path):
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    killed_at = RunDir(run).load_checkpoint().progress.update
+    killed_at = RunDir(run).load_checkpoint().progress.log_rows
     assert killed_at >= 2
 
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
@@ -143,14 +143,14 @@ def test_resume_after_sigkill_has_no_duplicate_or_missing_rows(tmp_path):
     rows = RunDir(run).read_log()
     assert [r["update"] for r in rows] == list(range(1, 26))
     assert [r["frames"] for r in rows] == [64 * u for u in range(1, 26)]
-    assert RunDir(run).load_checkpoint().progress.update == 25
+    assert RunDir(run).load_checkpoint().progress.log_rows == 25
 
 
 def test_npae_action_heads_train_through_the_same_loop(tmp_path):
     cfg = load_train_config(None, [*TINY, "ppo.total_frames=64", "model.pretrained=false", "model.use_action_heads=true"])
     result = train_ppo(cfg, tmp_path / "run", progress=False, say=lambda _: None)
     state = RunDir(tmp_path / "run").load_checkpoint().to_dict()
-    assert result.updates == 1 and any(k.startswith("action_heads.") for k in state["policy"])
+    assert result.log_rows == 1 and any(k.startswith("action_heads.") for k in state["policy"])
 
 
 def test_stop_at_success_ends_after_the_first_update_that_reaches_it(tmp_path):
@@ -160,4 +160,4 @@ def test_stop_at_success_ends_after_the_first_update_that_reaches_it(tmp_path):
     rows = RunDir(run).read_log()
     rates = [r.get("success_rate", 0.0) for r in rows]
     assert result.frames < 3840 and rates[-1] >= 0.3 and all(rate < 0.3 for rate in rates[:-1])
-    assert RunDir(run).load_checkpoint().progress.update == len(rows)  # stopped with a checkpoint of its last update
+    assert RunDir(run).load_checkpoint().progress.log_rows == len(rows)  # stopped with a checkpoint of its last update

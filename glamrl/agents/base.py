@@ -22,7 +22,8 @@ class Decision:
     log_probs: torch.Tensor | None = None  # (N,) log pi(action | observation), learning agents only
     values: torch.Tensor | None = None     # (N,) value estimates, learning agents only
     inputs: list[Any] | None = None        # (N,) what the policy read, kept to re-score or replay it: prompt
-                                           # strings (llm), encoded texts (drrn), (image, mission, memory) items (symbolic)
+                                           # strings (llm; TimedPrompts with model.critic_reads_step), encoded
+                                           # texts (drrn), (image, mission, memory) items (symbolic)
 
 
 class Agent(Protocol):

@@ -11,7 +11,7 @@ import torch
 from glamrl.agents.base import Decision
 from glamrl.agents.registry import AgentRequest
 from glamrl.config import TrainConfig
-from glamrl.llm.policy import LLMPolicy
+from glamrl.llm.policy import LLMPolicy, TimedPrompt
 from glamrl.prompts import PromptHistory
 from glamrl.parallel.transfer import to_host
 
@@ -47,10 +47,18 @@ class LLMAgent:
             for i, mission, sentences in zip(envs, obs["mission"], obs["descriptions"])
         ]
 
+    def inputs(self, obs: dict[str, Any], envs: Sequence[int]) -> list[str | TimedPrompt]:
+        """What the policy reads for envs `envs`: their prompts, each with its observation's step count
+        (`TimedPrompt`) when the policy's value head reads it (`model.critic_reads_step`) and `obs` carries it."""
+        prompts = self.prompts(obs, envs)
+        if not self.policy.config.critic_reads_step or "step" not in obs:
+            return prompts
+        return [TimedPrompt(p, int(t), int(m)) for p, t, m in zip(prompts, obs["step"], obs["max_steps"])]
+
     @torch.inference_mode()
     def act(self, obs: dict[str, Any]) -> Decision:
-        prompts = self.prompts(obs, range(len(self.histories)))
-        out = self.policy(prompts, self.action_names)
+        inputs = self.inputs(obs, range(len(self.histories)))
+        out = self.policy(inputs, self.action_names)
         log_probs = out.log_probs.float()                                  # (N, A)
         if self.greedy:
             actions = log_probs.argmax(dim=1)                              # (N,)
@@ -61,12 +69,12 @@ class LLMAgent:
         actions, probs, chosen, values = to_host(actions, log_probs.exp(), chosen, out.values.float())
         for history, sentences, a in zip(self.histories, obs["descriptions"], actions.tolist()):
             history.record(sentences, self.action_names[a])
-        return Decision(actions.numpy(), probs.numpy(), chosen, values, prompts)
+        return Decision(actions.numpy(), probs.numpy(), chosen, values, inputs)
 
     @torch.inference_mode()
     def values(self, obs: dict[str, Any], envs: Sequence[int]) -> torch.Tensor:
         """V of observation `obs` (batched over `envs`) without recording it: (len(envs),)."""
-        return self.policy.values(self.prompts(obs, envs)).float().cpu()
+        return self.policy.values(self.inputs(obs, envs)).float().cpu()
 
     def end_episodes(self, done: np.ndarray) -> None:
         for history, d in zip(self.histories, done):

@@ -20,6 +20,8 @@ CHARSET = frozenset(string.ascii_letters + string.digits + " ,.'-" + "àâçéè
 """Characters of missions and descriptions (gymnasium's Text default is alphanumeric only)."""
 MAX_MISSION_CHARS = 512
 MAX_SENTENCE_CHARS = 128
+MAX_STEPS = 2**31 - 1
+"""Bound of the observation's "step" and "max_steps" (the levels' limits are far below it)."""
 
 
 class InvalidActionError(GlamrlError, ValueError):
@@ -33,6 +35,8 @@ def text_observation_space() -> spaces.Dict:
         "direction": spaces.Discrete(4),
         "mission": spaces.Text(MAX_MISSION_CHARS, min_length=1, charset=CHARSET),
         "descriptions": spaces.Sequence(spaces.Text(MAX_SENTENCE_CHARS, min_length=1, charset=CHARSET)),
+        "step": spaces.Box(0, MAX_STEPS, (), dtype=np.int64),
+        "max_steps": spaces.Box(1, MAX_STEPS, (), dtype=np.int64),
     })
 
 
@@ -57,7 +61,10 @@ class BabyAITextEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
     ## Observation
 
     A dict: "image" (uint8 7x7x3, minigrid's egocentric encoding, for symbolic agents),
-    "direction" (int 0..3), "mission" (str), "descriptions" (tuple of sentences).
+    "direction" (int 0..3), "mission" (str), "descriptions" (tuple of sentences), "step" (the
+    steps the episode has taken before this observation: 0 after reset, minigrid's `step_count`)
+    and "max_steps" (the episode's limit, which a BabyAI level may set per episode), both 0-d
+    int64 arrays: what a critic that reads the step count reads (`model.critic_reads_step`).
 
     ## Rewards
 
@@ -117,6 +124,8 @@ class BabyAITextEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
             "direction": int(obs["direction"]),
             "mission": self._mission,
             "descriptions": tuple(describe(obs["image"], self.language, self.faithful)),
+            "step": np.array(self.env.unwrapped.step_count, dtype=np.int64),
+            "max_steps": np.array(self.env.unwrapped.max_steps, dtype=np.int64),
         }
 
     def _task(self) -> str:

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import yaml
 
-from glamrl.config import TrainConfig
+from glamrl.config import ConfigError, TrainConfig, from_dict, read_yaml
 from glamrl.errors import GlamrlError
 from glamrl.files import atomic_output, writing
 from glamrl.prompts import build_prompt
@@ -43,29 +42,46 @@ class Probe:
     prompt: str
 
 
+@dataclass(frozen=True)
+class ProbeEntry:
+    """One entry of a probe file, read as strictly as a train config (`glamrl.config.from_dict`): a raw `prompt`,
+    or a `mission` and an `observation` (its sentences), which build GLAM's prompt."""
+
+    name: str | None = None
+    """what probes.csv and the plot call it (default: probe I, I its place in the file)."""
+    prompt: str | None = None
+    """the whole prompt, as the model reads it."""
+    mission: str | None = None
+    observation: tuple[str, ...] | None = None
+
+
 def load_probes(path: str | Path, action_names: Sequence[str], language: str = "en") -> list[Probe]:
-    """The probes of YAML file `path`, prompts built with `action_names` where the entry gives no raw prompt."""
+    """The probes of YAML file `path`, prompts built with `action_names` where the entry gives no raw prompt.
+    A key given twice, an unknown key or a value of another type is refused in one line, as in a train config."""
     path = Path(path)
     if not path.is_file():
         raise ProbeError(f"probe file not found: {path} (run.probes)")
     try:
-        entries = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ProbeError(f"probe file {path} is not valid YAML: {reason}") from None
+        entries = read_yaml(path, "probe file")
+    except ConfigError as err:
+        raise ProbeError(str(err)) from None
     if not isinstance(entries, list) or not entries:
         raise ProbeError(f"probe file {path} must hold a non-empty list of probes")
     probes = []
-    for i, entry in enumerate(entries):
-        entry = entry if isinstance(entry, dict) else {}
-        if isinstance(entry.get("prompt"), str):
-            prompt = entry["prompt"]
-        elif isinstance(entry.get("mission"), str) and isinstance(entry.get("observation"), list):
-            sentences = [str(s) for s in entry["observation"]]
-            prompt = build_prompt(action_names, entry["mission"], [sentences], [], language)
-        else:
-            raise ProbeError(f"probe {i} of {path} needs 'prompt' (a string) or 'mission' and 'observation' (a list)")
-        probes.append(Probe(str(entry.get("name", f"probe {i}")), prompt))
+    for i, data in enumerate(entries):
+        needs = f"probe {i} of {path} needs 'prompt' (a string) or 'mission' and 'observation' (a list)"
+        if not isinstance(data, dict):
+            raise ProbeError(needs)
+        try:
+            entry = from_dict(ProbeEntry, data)
+        except ConfigError as err:
+            raise ProbeError(f"probe {i} of {path}: {err}") from None
+        given, built = entry.prompt is not None, entry.mission is not None and entry.observation is not None
+        if given == built or (entry.mission is None) != (entry.observation is None):
+            raise ProbeError(needs + (", not both" if given and built else ""))
+        prompt = entry.prompt if entry.prompt is not None else \
+            build_prompt(action_names, entry.mission, [list(entry.observation)], [], language)
+        probes.append(Probe(entry.name if entry.name is not None else f"probe {i}", prompt))
     return probes
 
 

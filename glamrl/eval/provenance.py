@@ -6,7 +6,8 @@ evaluations (`eval_before.json`, `eval_after.json`) write under `provenance`.
      "level": {"id": ..., "task": ..., "language": ..., "max_steps": ..., "faithful": ...},
      "agent": ..., "glamrl_version": ..., "git_commit": ...}
 
-`glamrl results` keys its pooling on it (`glamrl.eval.results`): two files that differ in level, agent
+`checkpoint` names a trained agent's checkpoint by its last log row (`Progress.log_rows`, the `update` column of
+log.csv) and its frames. `glamrl results` keys its pooling on it (`glamrl.eval.results`): two files that differ in level, agent
 or model never become seeds of one cell, and one evaluation is never counted twice.
 """
 
@@ -36,7 +37,7 @@ def provenance(cfg: TrainConfig, *, run_dir: Path | None, progress: Progress | N
     return {
         "run_dir": None if run_dir is None else str(Path(run_dir).resolve()),
         "model": model_name(cfg),
-        "checkpoint": None if progress is None else {"update": progress.update, "frames": progress.frames},
+        "checkpoint": None if progress is None else {"update": progress.log_rows, "frames": progress.frames},
         "greedy": greedy,
         "num_envs": num_envs,
         "episode_seeds": {"first": first_seed, "count": episodes},

@@ -60,6 +60,8 @@ class PolicyManifest:
     """action scores are mean (True) rather than summed token log-probabilities."""
     use_action_heads: bool
     """NPAE: the policy is softmax(action_heads(hidden)) instead of softmax(action scores)."""
+    critic_reads_step: bool = False
+    """the value head also reads the episode's step (glamrl.llm.heads.step_features after the hidden state)."""
     value_head: list[dict[str, str]] = field(default_factory=lambda: mlp_layers("value_head.mlp"))
     action_heads: list[dict[str, str]] | None = None
     format: str = FORMAT

@@ -7,13 +7,18 @@ The same call samples actions during collection (under torch.inference_mode()) a
 re-scores them with gradients during the PPO update. The policy holds no action names: the
 candidates are an input of every call, given by the agent that lists them in its prompts
 (`glamrl.agents.llm.LLMAgent.action_names`), so that what a prompt lists is what is scored.
+With `model.critic_reads_step`, the value head also reads how far the episode has gone: its inputs are then
+`TimedPrompt`s (the prompt and the observation's step count), which the agent builds from the observation and
+the PPO update replays from its rollout; the action scores read the prompt alone.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +29,7 @@ from glamrl.envs.actions import ACTION_NAMES
 from glamrl.errors import GlamrlError
 from glamrl.llm.compiled import choose_compile, compile_blocks
 from glamrl.llm.exported import read_heads, read_manifest
-from glamrl.llm.heads import ActionHeads, ValueHead
+from glamrl.llm.heads import STEP_FEATURES, ActionHeads, ValueHead, step_features
 from glamrl.llm.loading import load_model
 from glamrl.llm.lora import apply_lora, base_model
 from glamrl.llm.precision import DTYPES, choose_compute_dtype
@@ -36,10 +41,25 @@ class PolicyStateError(GlamrlError, ValueError):
     """A saved policy state does not match this policy's trainable parameters."""
 
 
+class TimedPrompt(NamedTuple):
+    """A prompt with the elapsed time of its episode (the observation's "step" and "max_steps"): what a policy
+    with `model.critic_reads_step` reads, the prompt for the action scores and the value head, the step for the
+    value head alone."""
+
+    prompt: str
+    step: int
+    max_steps: int
+
+
+def prompt_of(item: str | TimedPrompt) -> str:
+    """The prompt a policy input holds (a prompt is its own)."""
+    return item.prompt if isinstance(item, TimedPrompt) else item
+
+
 @dataclass
 class PolicyOutput:
     log_probs: Tensor                       # (B, A) log pi(a | prompt), log-softmax over the candidates
-    values: Tensor                          # (B,) value estimates
+    values: Tensor                          # (B,) value estimates (nan: a step-reading head given no step)
     action_log_likelihoods: Tensor | None   # (B, A) log p(action text | prompt); None with action heads
 
 
@@ -71,39 +91,52 @@ class LLMPolicy(nn.Module):
                                    normalize_by_length=config.normalize_by_length, batching=config.batching,
                                    max_padding=config.max_padding, trunk=self.trunk, score=config.score)
         hidden_size = loaded.model.get_input_embeddings().embedding_dim
-        self.value_head = ValueHead(hidden_size).to(self.device)
+        self.value_head = ValueHead(hidden_size, STEP_FEATURES if config.critic_reads_step else 0).to(self.device)
         self.action_heads = (ActionHeads(hidden_size, num_actions).to(self.device)
                              if config.use_action_heads else None)
         if config.pretrained:
             self._load_exported_heads(config.name, hidden_size)
 
-    def forward(self, prompts: Sequence[str], action_names: Sequence[str]) -> PolicyOutput:
-        """Policy and value for B prompts over the candidates `action_names` (A texts, minigrid order)."""
+    def forward(self, inputs: Sequence[str | TimedPrompt], action_names: Sequence[str]) -> PolicyOutput:
+        """Policy and value for B prompts (or `TimedPrompt`s) over the candidates `action_names` (A texts,
+        minigrid order)."""
         if len(action_names) != self.num_actions:
             raise ValueError(f"expected {self.num_actions} action names, got {len(action_names)}")
+        prompts = [prompt_of(x) for x in inputs]
         with self._autocast():
             scores = self.scorer(prompts, None if self.action_heads is not None else list(action_names))
         hidden = scores.hidden.float()                                             # (B, H)
         logits = self.action_heads(hidden) if self.action_heads is not None else scores.log_likelihoods  # (B, A)
-        return PolicyOutput(log_probs=F.log_softmax(logits.float(), dim=-1), values=self.value_head(hidden),
+        return PolicyOutput(log_probs=F.log_softmax(logits.float(), dim=-1),
+                            values=self.value_head(hidden, self._step_features(inputs)),
                             action_log_likelihoods=scores.log_likelihoods)
+
+    def _step_features(self, inputs: Sequence[str | TimedPrompt]) -> Tensor | None:
+        """(B, STEP_FEATURES) of the inputs' steps for a step-reading value head (nan for a plain prompt, whose
+        value is then nan: `glamrl.api`'s prompts, probes); None for a head that reads the hidden state alone."""
+        if not self.config.critic_reads_step:
+            return None
+        timed = [x if isinstance(x, TimedPrompt) else TimedPrompt(x, -1, 0) for x in inputs]
+        steps = torch.tensor([float(x.step) if x.max_steps > 0 else math.nan for x in timed], device=self.device)
+        return step_features(steps, torch.tensor([max(x.max_steps, 1) for x in timed], device=self.device))
 
     def value_parameters(self) -> Iterator[nn.Parameter]:
         """The value head's parameters (`ppo.value_lr` trains them at their own learning rate)."""
         return self.value_head.parameters()
 
-    def standardize_value_head(self, prompts: Sequence[str]) -> None:
+    def standardize_value_head(self, inputs: Sequence[str | TimedPrompt]) -> None:
         """`model.value_head_init=standardized`: rescale the value head's first layer to read the hidden states
-        of `prompts` (a first rollout's) standardised per feature (`ValueHead.standardize_input`)."""
+        of `inputs` (a first rollout's) standardised per feature (`ValueHead.standardize_input`)."""
         with torch.inference_mode(), self._autocast():
-            hidden = self.scorer(prompts, None).hidden.float()                    # (B, H)
+            hidden = self.scorer([prompt_of(x) for x in inputs], None).hidden.float()  # (B, H)
         self.value_head.standardize_input(hidden.clone())
 
-    def values(self, prompts: Sequence[str]) -> Tensor:
-        """V(prompt) alone, (B,): encodes the prompts without scoring any action."""
+    def values(self, inputs: Sequence[str | TimedPrompt]) -> Tensor:
+        """V(prompt) alone (V(prompt, step) with `TimedPrompt`s), (B,): encodes the prompts without scoring any
+        action."""
         with self._autocast():
-            hidden = self.scorer(prompts, None).hidden.float()                    # (B, H)
-        return self.value_head(hidden)
+            hidden = self.scorer([prompt_of(x) for x in inputs], None).hidden.float()  # (B, H)
+        return self.value_head(hidden, self._step_features(inputs))
 
     def _load_exported_heads(self, name: str, hidden_size: int) -> None:
         """Start from the heads of a `glamrl export` directory when `name` is one (see glamrl.llm.exported)."""
@@ -116,6 +149,10 @@ class LLMPolicy(nn.Module):
         if manifest.hidden_size != hidden_size:
             raise PolicyStateError(f"{name}: heads of hidden size {manifest.hidden_size}, model of {hidden_size}")
         heads = read_heads(name)
+        saved = heads["value_head.mlp.0.weight"].shape[1] - hidden_size  # the step features the head reads
+        if saved != self.value_head.extra_features:
+            flag = str(bool(saved)).lower()
+            raise PolicyStateError(f"{name} was exported with critic_reads_step={flag}; set model.critic_reads_step={flag}")
         for prefix, module in (("value_head.", self.value_head), ("action_heads.", self.action_heads)):
             if module is not None:
                 module.load_state_dict({k[len(prefix):]: v for k, v in heads.items() if k.startswith(prefix)})

@@ -1,4 +1,5 @@
-"""Generalised advantage estimation with terminations and truncations told apart."""
+"""Generalised advantage estimation with terminations and truncations told apart, and the critic-free
+discounted returns-to-go of `ppo.advantage=batch_baseline`."""
 
 from __future__ import annotations
 
@@ -34,3 +35,20 @@ def compute_gae(
         last_gae = delta + gamma * gae_lambda * continues * last_gae
         advantages[t] = last_gae
     return advantages, advantages + values
+
+
+def discounted_returns(
+    rewards: torch.Tensor,  # (T, N) rewards of each step
+    ended: torch.Tensor,    # (T, N) bool: the episode's return ends at step t (termination or time-out)
+    gamma: float,
+) -> torch.Tensor:
+    """Returns-to-go within the rollout, (T, N): G_t = r_t + gamma * G_{t+1}, with G_{t+1} = 0 where the episode
+    ended at step t, and after the rollout's last step (an episode still running there is bootstrapped with 0,
+    not with a value: no critic is read). `ppo.advantage=batch_baseline`'s returns."""
+    T = rewards.shape[0]
+    returns = torch.zeros_like(rewards)
+    following = torch.zeros_like(rewards[0])                                     # (N,) G_T = 0
+    for t in reversed(range(T)):
+        following = rewards[t] + gamma * (~ended[t]).to(rewards.dtype) * following
+        returns[t] = following
+    return returns

@@ -34,7 +34,8 @@ def ppo_loss(
     returns: torch.Tensor,        # (B,) GAE targets, in the head's units now (ppo.value_norm's new statistics)
     cfg: PPOConfig,
 ) -> PPOLoss:
-    """PPO's loss on one minibatch, averaged over it (the value loss clipped as GLAM does, unless cfg.clip_value is off)."""
+    """PPO's loss on one minibatch, averaged over it (the value loss clipped as GLAM does, unless cfg.clip_value is
+    off; 0, and no gradient to the value head, with cfg.advantage=batch_baseline, which has no critic)."""
     new_log_probs = log_probs.gather(1, actions[:, None]).squeeze(1)  # (B,)
     log_ratio = new_log_probs - old_log_probs
     ratio = log_ratio.exp()
@@ -43,11 +44,14 @@ def ppo_loss(
     surrogate_clipped = ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * advantages
     policy_loss = -torch.min(surrogate, surrogate_clipped).mean()
 
-    value_loss = (values - returns) ** 2
-    if cfg.clip_value:  # pessimistic: a value that moved more than clip_eps from V_old gets no gradient towards G
-        values_clipped = old_values + (values - old_values).clamp(-cfg.clip_eps, cfg.clip_eps)
-        value_loss = torch.max(value_loss, (values_clipped - returns) ** 2)
-    value_loss = value_loss.mean()
+    if cfg.advantage == "batch_baseline":  # no critic to train: its head gets no gradient
+        value_loss = torch.zeros((), device=values.device)
+    else:
+        value_loss = (values - returns) ** 2
+        if cfg.clip_value:  # pessimistic: a value that moved more than clip_eps from V_old gets no gradient towards G
+            values_clipped = old_values + (values - old_values).clamp(-cfg.clip_eps, cfg.clip_eps)
+            value_loss = torch.max(value_loss, (values_clipped - returns) ** 2)
+        value_loss = value_loss.mean()
 
     entropy = -(log_probs.exp() * log_probs).sum(dim=1).mean()
     loss = policy_loss - cfg.entropy_coef * entropy + cfg.value_coef * value_loss

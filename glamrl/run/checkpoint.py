@@ -61,8 +61,9 @@ class CheckpointMismatchError(CheckpointError):
 class Progress(NamedTuple):
     """How far a run has come: what a resumed loop continues from (zeros for a new run)."""
 
-    update: int = 0
-    """PPO updates, DRRN log rows or BC optimizer steps done (the log's `update` column)."""
+    log_rows: int = 0
+    """rows of log.csv written, whatever the loop: one per PPO update, per `drrn.log_every` frames of DRRN, per
+    `bc.log_every` optimizer steps of BC (the last row's `update` column, and where a resume cuts the logs)."""
     frames: int = 0
     """frames collected (BC: demonstration records consumed)."""
     episodes: int = 0
@@ -71,7 +72,7 @@ class Progress(NamedTuple):
     """seconds of training, over every invocation of the run."""
 
 
-_COMMON = ("trainer", *Progress._fields, "policy", "optimizer", "rng", "config")
+_COMMON = ("trainer", *Progress._fields, "update", "policy", "optimizer", "rng", "config")  # update: older log_rows
 
 
 @dataclass
@@ -91,7 +92,7 @@ class Checkpoint:
     config: dict[str, Any] | None
     """`TrainConfig.to_dict()` of the run: names the fields that changed when the tensors do not fit."""
     extra: dict[str, Any] = field(default_factory=dict)
-    """the loop's own state: PPO's value_norm; DRRN's target, replay and grad_steps; BC's data."""
+    """the loop's own state: PPO's value_norm; DRRN's target, replay and grad_steps; BC's data and steps."""
 
     def __post_init__(self) -> None:
         clash = sorted(set(self.extra) & set(_COMMON))
@@ -105,9 +106,11 @@ class Checkpoint:
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> Checkpoint:
         """The checkpoint a loaded dict holds: one written before trainers were recorded is PPO's; BC's once
-        counted no episodes."""
+        counted no episodes; before `log_rows`, the count was stored as "update" (BC's: its optimizer steps, the
+        `update` column of its log then)."""
+        log_rows = state["log_rows"] if "log_rows" in state else state["update"]
         return cls(trainer=state.get("trainer", "ppo"),
-                   progress=Progress(state["update"], state["frames"], state.get("episodes", 0), state["duration"]),
+                   progress=Progress(log_rows, state["frames"], state.get("episodes", 0), state["duration"]),
                    policy=state["policy"], optimizer=state["optimizer"], rng=state["rng"], config=state.get("config"),
                    extra={key: value for key, value in state.items() if key not in _COMMON})
 

@@ -331,13 +331,13 @@ class RunDir:
         state = load_checkpoint(self.last_checkpoint, self.backup_checkpoint)
         return None if state is None else Checkpoint.from_dict(state)
 
-    def open_log(self, resume_after_update: int | None = None, tensorboard: bool = True,
+    def open_log(self, resume_after_rows: int | None = None, tensorboard: bool = True,
                  tracker: Tracker | None = None) -> RunLogger:
-        """log.csv (and tb/, and the `tracker`), cut back to `resume_after_update` when resuming, else started
-        afresh."""
+        """log.csv (and tb/, and the `tracker`), cut back to its first `resume_after_rows` rows when resuming
+        (`Progress.log_rows`), else started afresh."""
         from glamrl.run.log import RunLogger
 
-        return RunLogger(self.log, resume_after_update, self.tensorboard if tensorboard else None, tracker)
+        return RunLogger(self.log, resume_after_rows, self.tensorboard if tensorboard else None, tracker)
 
     def read_log(self) -> list[dict[str, float]]:
         """The rows of log.csv, as floats (`glamrl.run.log.read_log`): a `LogNotFoundError` when there is none."""

@@ -6,8 +6,8 @@ One CSV row per logged row of metrics, flushed and fsynced as it is written. Eve
 column: a key not seen before adds one (SB3's CSV output does the same), the file rewritten atomically with
 the wider header and the earlier rows' new cells empty; the columns stay in `glamrl.run.metrics`' order
 (GLAM's first), unlisted ones after them. TensorBoard and the tracker get the same keys under their tags
-(`glamrl.run.metrics.tag`). On resume the CSV is cut back to the checkpointed update, so a crash between a
-log row and the checkpoint that follows it never leaves duplicate rows.
+(`glamrl.run.metrics.tag`). On resume the CSV is cut back to the checkpoint's rows (`Progress.log_rows`), so a
+crash between a log row and the checkpoint that follows it never leaves duplicate rows.
 """
 
 from __future__ import annotations
@@ -68,31 +68,33 @@ def _read_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     return header, body
 
 
-def _truncate(path: Path, after_update: int) -> list[dict[str, str]]:
-    """Keep the header and the rows with update <= after_update; return the kept rows."""
+def _truncate(path: Path, rows: int) -> list[dict[str, str]]:
+    """Keep the header and the first `rows` rows (those whose `update`, the row number, is <= `rows`); return the
+    kept rows."""
     header, body = _read_rows(path)
     kept = [cells for number, cells in body if _number(cells[header.index("update")], path, number, "update")
-            <= after_update]
+            <= rows]
     _write_atomic(path, [header, *kept] if header else [])
     return [dict(zip(header, r)) for r in kept]
 
 
 class RunLogger:
-    """Append one row per update to the CSV file `path` and send the same metrics to TensorBoard and the tracker.
+    """Append one row per `log()` to the CSV file `path` and send the same metrics to TensorBoard and the tracker.
 
-    `resume_after_update`: the update of the checkpoint being resumed; rows after it are dropped. None starts a
-    fresh log, replacing any existing one. `tensorboard`: the directory of the TensorBoard scalars; None writes
-    none. `log()` needs `update` and `frames` (the TensorBoard and tracker step); any other key is a column.
+    `resume_after_rows`: the log rows of the checkpoint being resumed (`Progress.log_rows`); rows after them are
+    dropped. None starts a fresh log, replacing any existing one. `tensorboard`: the directory of the TensorBoard
+    scalars; None writes none. `log()` needs `update` (the row's number, from 1) and `frames` (the TensorBoard and
+    tracker step); any other key is a column.
     `tracker` (`glamrl.run.trackers.open_tracker`) is finished by `close`.
     """
 
-    def __init__(self, path: Path, resume_after_update: int | None = None, tensorboard: Path | None = None,
+    def __init__(self, path: Path, resume_after_rows: int | None = None, tensorboard: Path | None = None,
                  tracker: Tracker | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
-        if resume_after_update is not None and self.path.exists():
-            kept = _truncate(self.path, resume_after_update)
+        if resume_after_rows is not None and self.path.exists():
+            kept = _truncate(self.path, resume_after_rows)
         else:
             _write_atomic(self.path, [])
         self._open(_read_rows(self.path)[0])  # a resumed log keeps its own header

@@ -34,8 +34,10 @@ class Metric:
 
 LOG_METRICS: dict[str, Metric] = {m.name: m for m in (
     # the progress of the run (every loop); frames is the x axis and the TensorBoard and tracker step
-    Metric("update", "charts", "updates", "rows logged so far: PPO updates, DRRN rows of `drrn.log_every` frames, "
-                                          "BC optimizer steps"),
+    Metric("update", "charts", "log rows", "the row's number, from 1: the rows logged so far (a checkpoint's "
+                                           "`log_rows`), one per PPO update, per `drrn.log_every` frames of DRRN, "
+                                           "per `bc.log_every` optimizer steps of BC"),
+    Metric("steps", "charts", "optimizer steps", "BC: optimizer steps so far"),
     Metric("episodes", "charts", "episodes", "training episodes finished so far, all envs and ranks (PPO, DRRN)"),
     Metric("frames", "charts", "frames", "environment steps so far, all envs and ranks (BC: demonstration records "
                                          "seen); the step of TensorBoard and of the tracker"),
@@ -56,14 +58,15 @@ LOG_METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("entropy", "losses", "policy entropy", "PPO: entropy of the policy over the candidate actions"),
     Metric("policy_loss", "losses", "policy loss", "PPO: the clipped surrogate loss"),
     Metric("value_loss", "losses", "value loss", "PPO: the value loss (clipped as GLAM's unless `ppo.clip_value` "
-                                                 "is off)"),
+                                                 "is off; 0 with `ppo.advantage=batch_baseline`, which has no critic)"),
     Metric("loss", "losses", "loss", "the loss minimised: PPO's total, DRRN's TD loss, BC's -log p(action | "
                                      "prompt)"),
     Metric("grad_norm", "losses", "gradient norm", "norm of the gradients before clipping"),
     Metric("approx_kl", "losses", "approximate KL", "PPO: estimate of KL(old policy || new), (ratio - 1) - log ratio"),
     Metric("clipfrac", "losses", "clipped fraction", "PPO: share of samples whose probability ratio was clipped"),
     Metric("explained_variance", "losses", "explained variance", "PPO: how much of the returns' variance the "
-                                                                 "values explain (1: all, 0: none)"),
+                                                                 "values explain (1: all, 0: none; nan with "
+                                                                 "`ppo.advantage=batch_baseline`)"),
     Metric("collect_FPS", "charts", "collection frames per second", "PPO: frames per second while collecting"),
     Metric("update_FPS", "charts", "update frames per second", "PPO: frames per second while optimising"),
     Metric("first_ratio_dev", "losses", "first minibatch max |ratio - 1|",

@@ -7,9 +7,10 @@ clm_behavioral-cloning); with NPAE action heads, which score no text, it is
 model.train_layers=K; the trunk's output of a prompt is cached within model.trunk_cache_mb).
 
 The run directory follows training's conventions: config.yaml (agent.kind llm), log.csv
-(one row per `bc.log_every` optimizer steps; `frames` counts demonstration records
-consumed: the budget, bc.epochs x the records, and where a resumed run continues), checkpoints
-with the policy's trainable weights, resume by running again.
+(one row per `bc.log_every` optimizer steps, numbered in its `update` column as every loop's rows are; `steps`
+counts the optimizer steps; `frames` counts demonstration records consumed: the budget, bc.epochs x the records,
+and where a resumed run continues), checkpoints with the policy's trainable weights (at every row, the steps in
+their extra state), resume by running again.
 Each checkpoint records the demonstrations (path, SHA-256, record count): a run resumes only
 on the same data (`bc.epochs=N` extends it); other data is refused in one line, and is cloned
 on top of the run with a new run started from it (`agent.init_from=RUN_DIR`, another --run-dir).
@@ -30,7 +31,7 @@ from tqdm import tqdm
 
 from glamrl.agents.factory import make_model
 from glamrl.config import TrainConfig
-from glamrl.eval.demos import DemoFileError, read_demos
+from glamrl.demos import DemoFileError, read_demos
 from glamrl.run.checkpoint import Progress
 from glamrl.train.common import TrainResult, open_session
 
@@ -84,7 +85,9 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
     optimizer = torch.optim.Adam(params, lr=b.lr)
 
     # ---- resume (weights, optimizer, RNGs); then record the config, evaluate a new run, open the log
-    update, frames, _, duration = session.restore(policy, optimizer)
+    log_rows, frames, _, duration = session.restore(policy, optimizer)
+    # a checkpoint from before `steps` was saved counted its rows in steps (its log's `update` column held them)
+    steps = 0 if session.resumed is None else session.resumed.extra.get("steps", log_rows)
 
     success_before = session.begin(policy, "before cloning")
     bar = tqdm(total=total_frames, initial=frames, unit="record", disable=not session.progress)
@@ -105,20 +108,22 @@ def train_bc(cfg: TrainConfig, data: Path, run_dir: Path, resume: bool = False, 
         grad_norms.append(torch.nn.utils.clip_grad_norm_(params, b.max_grad_norm).item())
         optimizer.step()
         losses.append(loss.item())
-        update, frames, row_frames = update + 1, frames + len(mb_idx), row_frames + len(mb_idx)
+        steps, frames, row_frames = steps + 1, frames + len(mb_idx), row_frames + len(mb_idx)
         bar.update(len(mb_idx))
 
         # ---- 3. log and checkpoint every log_every steps
-        if update % b.log_every == 0 or frames >= total_frames:
-            metrics = {"update": update, "frames": frames,
+        if steps % b.log_every == 0 or frames >= total_frames:
+            log_rows += 1
+            metrics = {"update": log_rows, "steps": steps, "frames": frames,
                        "FPS": row_frames / (time.time() - row_start),
                        "duration": time.time() - start_time,
                        "loss": float(np.mean(losses)), "grad_norm": float(np.mean(grad_norms))}
             stop = session.out_of_time(metrics["duration"])
             session.log(metrics)
-            session.save(policy, optimizer, Progress(update, frames, 0, metrics["duration"]), extra={"data": demos})
+            session.save(policy, optimizer, Progress(log_rows, frames, 0, metrics["duration"]),
+                         extra={"data": demos, "steps": steps})
             bar.set_postfix(loss=f"{metrics['loss']:.3f}")
             row_start, row_frames, losses, grad_norms = time.time(), 0, [], []
     bar.close()
 
-    return session.finish(policy, update, frames, success_before, "after cloning", curves=("loss",))
+    return session.finish(policy, log_rows, frames, success_before, "after cloning", curves=("loss",))

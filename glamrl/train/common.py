@@ -9,14 +9,14 @@ through its session in the same order:
 
     session = open_session(cfg, run_dir, resume, "ppo", progress, say)   # seeded; resuming: the checkpoint read
     ...envs, model, optimizer...
-    update, frames, episodes, duration = session.restore(model, optimizer)   # zeros for a new run
+    log_rows, frames, episodes, duration = session.restore(model, optimizer)   # zeros for a new run
     ...the loop's own state from session.resumed.extra, inside `with session.restoring():`...
     success_before = session.begin(model)   # config.yaml recorded, a new run evaluated, the log opened
     while ...:
         ...
         session.log(metrics)
-        session.save(model, optimizer, Progress(update, frames, episodes, duration), extra={...})
-    return session.finish(model, update, frames, success_before)   # curves drawn, log closed, run evaluated
+        session.save(model, optimizer, Progress(log_rows, frames, episodes, duration), extra={...})
+    return session.finish(model, log_rows, frames, success_before)   # curves drawn, log closed, run evaluated
 
 A loop trains the run directory it is given, which its caller holds locked (`train_run_dir`: `glamrl train`,
 `glamrl bc`, `glamrl.train`); a test may call a loop on a directory of its own.
@@ -56,7 +56,8 @@ if TYPE_CHECKING:
 @dataclass
 class TrainResult:
     run_dir: Path
-    updates: int
+    log_rows: int
+    """rows of the run's log.csv (`Progress.log_rows`): PPO updates, DRRN rows, BC rows of `bc.log_every` steps."""
     frames: int
     success_before: float | None
     success_after: float | None
@@ -91,9 +92,9 @@ class Session:
         return distributed.current().is_main
 
     @property
-    def resumed_update(self) -> int | None:
-        """The update of the checkpoint being resumed (what the run's logs are cut back to); None for a new run."""
-        return None if self.resumed is None else self.resumed.progress.update
+    def resumed_log_rows(self) -> int | None:
+        """The log rows of the checkpoint being resumed (what the run's logs are cut back to); None for a new run."""
+        return None if self.resumed is None else self.resumed.progress.log_rows
 
     def out_of_time(self, duration: float) -> bool:
         """Whether `duration` seconds of training (the run's, summed over its invocations) used up run.max_minutes."""
@@ -127,7 +128,7 @@ class Session:
         with no evaluation episodes)."""
         if self.resumed is not None:
             done = self.resumed.progress
-            self.say(f"resuming {self.run} after {trainer(self.trainer).row} {done.update} ({done.frames} frames)")
+            self.say(f"resuming {self.run} after {trainer(self.trainer).row} {done.log_rows} ({done.frames} frames)")
         if self.is_main:
             resolved = getattr(model, "resolved", {})
             for key, r in resolved.items():
@@ -139,7 +140,7 @@ class Session:
         if self.is_main:
             run = self.cfg.run  # the tracker gets config.yaml as recorded, `resolved` included
             tracker = open_tracker(run.tracker, run.tracker_project, self.run.path.name, load_yaml(self.run.config))
-            self.logger = self.run.open_log(self.resumed_update, tensorboard=run.tensorboard, tracker=tracker)
+            self.logger = self.run.open_log(self.resumed_log_rows, tensorboard=run.tensorboard, tracker=tracker)
         return success
 
     def log(self, metrics: dict[str, Any]) -> None:
@@ -159,7 +160,7 @@ class Session:
             self.run.save_checkpoint(Checkpoint(self.trainer, progress, policy_state, optimizer_state, rng_state(),
                                                 self.cfg.to_dict(), extra or {}))
 
-    def finish(self, model: torch.nn.Module, updates: int, frames: int, success_before: float | None,
+    def finish(self, model: torch.nn.Module, log_rows: int, frames: int, success_before: float | None,
                when: str = "after training", curves: Sequence[str] = ("success_rate", "return_mean")) -> TrainResult:
         """Draw the log's `curves` (metric names) into RUN_DIR/curves.png, close the log (its tracker getting
         the image), and evaluate the trained model."""
@@ -167,9 +168,9 @@ class Session:
             from glamrl.eval.plot import plot_runs
 
             self.logger.close(plot_runs([self.run.path], self.run.curves, metrics=curves))
-        return TrainResult(self.run.path, updates, frames, success_before,
+        return TrainResult(self.run.path, log_rows, frames, success_before,
                            report_success(self.cfg, model, when, self.say,
-                                          self._saver("eval_after.json", Progress(updates, frames))))
+                                          self._saver("eval_after.json", Progress(log_rows, frames))))
 
     def _saver(self, name: str, progress: Progress) -> Callable[[dict[str, Any]], Any] | None:
         """Rank 0: what saves an evaluation summary of the model at `progress` as the run directory's `name`."""

@@ -27,7 +27,7 @@ from glamrl.eval.probes import read_run_probes, start_probe_log
 from glamrl.llm.policy import LLMPolicy
 from glamrl.parallel import distributed, sharding
 from glamrl.rl.buffer import Batch, RolloutBuffer
-from glamrl.rl.gae import compute_gae
+from glamrl.rl.gae import compute_gae, discounted_returns
 from glamrl.rl.ppo import accumulate_gradients
 from glamrl.rl.value_norm import NoValueNorm, ValueNormalizer, make_value_normalizer
 from glamrl.rollout import step
@@ -80,7 +80,7 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
     # and a resumed run starts fresh episodes
     obs, _ = envs.reset(seed=cfg.env.seed + (update * K + ranks.rank) * N)
     with sharding.gathered(policy):
-        probes = start_probe_log(cfg, session.run, policy, probe_set, session.resumed_update) \
+        probes = start_probe_log(cfg, session.run, policy, probe_set, session.resumed_log_rows) \
             if session.is_main else None
 
     buffer = RolloutBuffer(T, N)
@@ -95,7 +95,7 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
         # ---- 1. collect T steps in N envs (with model.train_layers, the frozen trunk's output is kept),
         # then V(last observation) for the bootstrap; a sharded policy acts on its gathered weights
         standardize = update == 0 and cfg.agent.kind == "llm" and cfg.model.value_head_init == "standardized"
-        final_prompts = []  # with standardize: (t, envs, prompts) of the time-outs bootstrapped
+        final_inputs = []  # with standardize: (t, envs, policy inputs) of the time-outs bootstrapped
         with sharding.gathered(policy):
             with policy.collecting():
                 for t in range(T):
@@ -107,21 +107,23 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
                     if p.bootstrap_truncation and len(cut):  # V(final observation) continues a time-limit cut
                         buffer.final_values[t, cut] = agent.values(s.final_obs(cut), cut)
                         if standardize:  # valued again below, by the standardised head
-                            final_prompts.append((t, cut, agent.prompts(s.final_obs(cut), cut)))
+                            final_inputs.append((t, cut, agent.inputs(s.final_obs(cut), cut)))
                     agent.end_episodes(s.done)
                     finished += s.episodes
                     obs = s.next_obs
                 if standardize:
-                    standardize_value_head(policy, buffer, final_prompts)
-                next_value = agent.values(obs, range(N))                                   # (N,)
+                    standardize_value_head(policy, buffer, final_inputs)
+                # (N,); batch_baseline bootstraps with 0 and reads no critic
+                next_value = agent.values(obs, range(N)) if p.advantage == "gae" else None
         frames += frames_per_update
         finished = distributed.gather_lists(finished)                                 # every rank's episodes
         episodes += len(finished)
         recent.extend(e.success for e in finished)
         collect_time = time.time() - update_start
 
-        # ---- 2. bootstrap value if not done, then GAE in the returns' units; fold the returns into the value
-        # statistics (ppo.value_norm); 3. flatten the batch: (T, N) -> (T * N,)
+        # ---- 2. bootstrap value if not done, then GAE in the returns' units (or ppo.advantage=batch_baseline's
+        # returns-to-go less their mean); fold the returns into the value statistics (ppo.value_norm);
+        # 3. flatten the batch: (T, N) -> (T * N,)
         batch, explained = rollout_batch(buffer, next_value, value_norm, p)
         b_device = batch.to(device)
 
@@ -185,8 +187,8 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
     return session.finish(policy, update, frames, success_before)
 
 
-def rollout_batch(buffer: RolloutBuffer, next_value: torch.Tensor, value_norm: ValueNormalizer | NoValueNorm,
-                  p: PPOConfig) -> tuple[Batch, float]:
+def rollout_batch(buffer: RolloutBuffer, next_value: torch.Tensor | None,
+                  value_norm: ValueNormalizer | NoValueNorm, p: PPOConfig) -> tuple[Batch, float]:
     """A collected rollout as one training batch, and the explained variance of its returns by its values.
 
     GAE runs in the returns' units: the head's values (T, N) were given in the value statistics of before
@@ -195,7 +197,15 @@ def rollout_batch(buffer: RolloutBuffer, next_value: torch.Tensor, value_norm: V
     the statistics (on every rank alike), and the batch carries them in the head's new units as the value
     loss's targets, with the head's own outputs at collection as the centre of its clip band
     (glamrl/rl/value_norm.py says why).
+
+    ppo.advantage=batch_baseline reads no value (`next_value` None): the advantages are the returns-to-go within
+    the rollout, every episode ended by a time-out too and one still running bootstrapped with 0, less the mean
+    return of all ranks' rollouts; the explained variance is nan.
     """
+    if p.advantage == "batch_baseline":
+        returns = discounted_returns(buffer.rewards, buffer.terminated | buffer.truncated, p.gamma)   # (T, N)
+        baseline = torch.cat(distributed.gather_objects(returns.reshape(-1))).mean()
+        return buffer.flatten(returns - baseline, returns), float("nan")
     values = value_norm.denormalize(buffer.values)                                      # (T, N)
     ended = buffer.terminated if p.bootstrap_truncation else buffer.terminated | buffer.truncated
     advantages, returns = compute_gae(buffer.rewards, values, ended, buffer.truncated,
@@ -208,15 +218,15 @@ def rollout_batch(buffer: RolloutBuffer, next_value: torch.Tensor, value_norm: V
 
 @torch.no_grad()  # not inference mode: the buffer is written in place by the next rollout
 def standardize_value_head(policy: LLMPolicy, buffer: RolloutBuffer,
-                           final_prompts: list[tuple[int, np.ndarray, list[str]]]) -> None:
+                           final_inputs: list[tuple[int, np.ndarray, list[Any]]]) -> None:
     """model.value_head_init=standardized: the head's first layer from the first rollout's states (rank 0's on
     every rank), then that rollout's values, those of its bootstrapped time-outs included, from the new head."""
     T, N = buffer.values.shape
     policy.standardize_value_head([x for row in buffer.inputs for x in row])
     distributed.broadcast_parameters(policy.value_head)
     buffer.values = policy.values([x for row in buffer.inputs for x in row]).float().cpu().reshape(T, N)
-    for t, cut, prompts in final_prompts:
-        buffer.final_values[t, cut] = policy.values(prompts).float().cpu()
+    for t, cut, inputs in final_inputs:
+        buffer.final_values[t, cut] = policy.values(inputs).float().cpu()
 
 
 def diverged(policy: ActorCriticNetwork, batch: Batch, action_names: tuple[str, ...], params: list[torch.Tensor],

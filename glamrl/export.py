@@ -37,7 +37,7 @@ from glamrl.llm.exported import (
 from glamrl.llm.loading import EMBEDDED_NAME, SMOLLM2_VERSION, TINY_NAMES, embedded_smollm2_dir
 from glamrl.llm.policy import LLMPolicy
 from glamrl.prompts import build_prompt
-from glamrl.run.checkpoint import Progress
+from glamrl.run.checkpoint import Checkpoint
 from glamrl.run.dir import RunDir, check_output
 
 
@@ -54,7 +54,7 @@ def export_run(run_dir: Path, out: Path, merge_lora: bool = False, overwrite: bo
     check_out(out, overwrite)
     cfg, policy, state = restore_model(run_dir, kind="llm", device="cpu")
     with atomic_output(out, directory=True, replace=overwrite) as tmp:
-        manifest = _write(policy, cfg, state.trainer, state.progress, run_dir, out, tmp, merge_lora)
+        manifest = _write(policy, cfg, state, run_dir, out, tmp, merge_lora)
         _readable(tmp)
     return manifest
 
@@ -79,8 +79,8 @@ def _readable(tmp: Path) -> None:
             path.chmod(0o666 & ~umask)
 
 
-def _write(policy: LLMPolicy, cfg: TrainConfig, trainer: str, progress: Progress, run_dir: Path, out: Path,
-           tmp: Path, merge_lora: bool) -> PolicyManifest:
+def _write(policy: LLMPolicy, cfg: TrainConfig, state: Checkpoint, run_dir: Path, out: Path, tmp: Path,
+           merge_lora: bool) -> PolicyManifest:
     heads = {f"value_head.{k}": v for k, v in policy.value_head.state_dict().items()}
     if policy.action_heads is not None:
         heads |= {f"action_heads.{k}": v for k, v in policy.action_heads.state_dict().items()}
@@ -102,7 +102,7 @@ def _write(policy: LLMPolicy, cfg: TrainConfig, trainer: str, progress: Progress
 
     manifest = make_manifest(policy, cfg, weights, base)
     (tmp / MANIFEST_FILE).write_text(manifest.to_json())
-    (tmp / "README.md").write_text(model_card(cfg, trainer, progress, manifest, run_dir, out))  # not peft's stub
+    (tmp / "README.md").write_text(model_card(cfg, state, manifest, run_dir, out))  # not peft's stub
     return manifest
 
 
@@ -129,10 +129,11 @@ def make_manifest(policy: LLMPolicy, cfg: TrainConfig, weights: str, base: str |
     seq2seq = policy.scorer.is_seq2seq
     return PolicyManifest(
         weights=weights, base_model=base, architecture="seq2seq" if seq2seq else "causal",
-        hidden_size=policy.value_head.mlp[0].in_features,
+        hidden_size=policy.value_head.mlp[0].in_features - policy.value_head.extra_features,
         hidden_state="first_decoder_position" if seq2seq else "last_prompt_token",
         action_names=list(cfg.prompt.actions), nbr_obs=cfg.prompt.nbr_obs, language=cfg.env.language,
         normalize_by_length=cfg.model.normalize_by_length, use_action_heads=cfg.model.use_action_heads,
+        critic_reads_step=cfg.model.critic_reads_step,
         action_heads=mlp_layers("action_heads.mlp") if policy.action_heads is not None else None,
         notes=_notes(seq2seq, cfg.model.use_action_heads),
     )
@@ -192,13 +193,15 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {minutes} min {secs} s" if hours else f"{minutes} min {secs} s"
 
 
-def _training_section(run_dir: Path, trainer: str, progress: Progress) -> list[str]:
+def _training_section(run_dir: Path, state: Checkpoint) -> list[str]:
     from glamrl.run.log import LogNotFoundError
 
-    if trainer == "bc":
-        return [f"- {_count(progress.update, 'optimizer step')} of behavioural cloning on "
+    progress = state.progress
+    if state.trainer == "bc":
+        steps = state.extra.get("steps", progress.log_rows)  # a checkpoint from before `steps`: its rows were steps
+        return [f"- {_count(steps, 'optimizer step')} of behavioural cloning on "
                 f"{_count(progress.frames, 'demonstration record')}, wall time {_duration(progress.duration)}."]
-    lines = [f"- {_count(progress.update, 'PPO update')}, {_count(progress.frames, 'frame')}, "
+    lines = [f"- {_count(progress.log_rows, 'PPO update')}, {_count(progress.frames, 'frame')}, "
              f"{_count(progress.episodes, 'episode')}, wall time {_duration(progress.duration)} "
              f"({progress.duration:.0f} s, collection and updates together)."]
     try:
@@ -261,15 +264,14 @@ def _load_section(manifest: PolicyManifest, out: Path, env_id: str) -> list[str]
     return code
 
 
-def model_card(cfg: TrainConfig, trainer: str, progress: Progress, manifest: PolicyManifest, run_dir: Path,
-               out: Path) -> str:
-    """README.md of an export: what the policy was grounded on, how it was trained (by the checkpoint's
-    `trainer`: ppo, or bc) and scored, how to load it."""
+def model_card(cfg: TrainConfig, state: Checkpoint, manifest: PolicyManifest, run_dir: Path, out: Path) -> str:
+    """README.md of an export: what the policy was grounded on, how it was trained (by the checkpoint `state`'s
+    trainer: ppo, or bc; its progress) and scored, how to load it."""
     library = "peft" if manifest.weights == "adapter" else "transformers"
     weights = {"full": "all weights (full fine-tuning)", "merged": "LoRA adapters merged into the base weights",
                "adapter": "a LoRA adapter (peft)"}[manifest.weights]
     task = f", task {cfg.env.task}" if cfg.env.task else ""
-    if trainer == "bc":
+    if state.trainer == "bc":
         tag, what, how = "behavioural-cloning", "cloned from demonstrations in", "(behavioural cloning)"
         reward = "- Reward: none in training (the demonstrations' actions are its targets); success = reward > 0."
         method = (f"- Behavioural cloning (GLAM's clm_behavioral-cloning loss): lr {cfg.bc.lr:g}, {cfg.bc.epochs} "
@@ -294,7 +296,7 @@ def model_card(cfg: TrainConfig, trainer: str, progress: Progress, manifest: Pol
         f"{', LoRA r=%d alpha=%d' % (cfg.model.lora_r, cfg.model.lora_alpha) if cfg.model.lora else ''}"
         f"{', not pretrained' if not cfg.model.pretrained else ''}).",
         method, "",
-        "## Training", "", *_training_section(run_dir, trainer, progress), "",
+        "## Training", "", *_training_section(run_dir, state), "",
         "## Evaluation", "", *_evaluation_section(run_dir), "",
         "## Actions and prompt", "",
         f"Actions (in minigrid order 0..5): {', '.join(f'`{a}`' for a in manifest.action_names)}.", "",
