@@ -33,15 +33,15 @@ import numpy as np
 import torch
 
 from glamrl.agents.factory import make_agent, make_model, restore_agent
-from glamrl.train.bc import train_bc
+from glamrl.trainers.bc import train_bc
 from glamrl.config import load_train_config
 from glamrl.demos import record_demos, write_demos
 from glamrl.eval.plot import plot_runs
 from glamrl.rollout import eval_seed, evaluate, format_table, step
 from glamrl.run.dir import RunDir
-from glamrl.train.common import train_run_dir
-from glamrl.train.ppo import train_ppo
-from glamrl.train.drrn import train_drrn
+from glamrl.trainers.common import train_run_dir
+from glamrl.trainers.ppo import train_ppo
+from glamrl.trainers.drrn import train_drrn
 
 RUNS = Path("runs")
 SYMBOLIC_CONFIGS = ("configs/symbolic.yaml", "configs/symbolic_small.yaml")  # GLAM's network, the fast one

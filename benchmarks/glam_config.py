@@ -6,7 +6,7 @@
 GLAM's configuration: SmolLM2-135M (`smollm2-135m`), BabyAI-MixedTrainLocal-v0, 2 envs x 8
 frames per update, 4 epochs, minibatch 4, 3 observations (configs/glam_paper_smollm2.yaml with
 overrides). Variants: auto, fp32 and bf16 compute (`model.compute_dtype`, fp32 weights), each with
-full fine-tuning and with `model.train_layers=4`. Every variant runs `glamrl.train.ppo.train_ppo` in
+full fine-tuning and with `model.train_layers=4`. Every variant runs `glamrl.trainers.ppo.train_ppo` in
 its own subprocess, so that its peak RSS is its own. GLAM's original code (lamorel), same model,
 config and machine kind: 0.041 frames/s, 10.4 GB. `auto` rows resolve model.compute_dtype on the machine
 at hand (bf16 with AMX or AVX-512 BF16, else fp32: the dtype column says which); full fine-tuning
@@ -105,7 +105,7 @@ def run_variant(name: str, updates: int, model: str) -> dict:
     from glamrl.config import load_train_config
     from glamrl.llm.loading import load_model
     from glamrl.run.dir import RunDir
-    from glamrl.train.ppo import train_ppo
+    from glamrl.trainers.ppo import train_ppo
     from benchmarks.train_speed import real_prompts
     from glamrl.envs.actions import ACTION_NAMES
     from glamrl.llm.precision import choose_compute_dtype

@@ -13,7 +13,7 @@ Steps:
    real prompts, and the SDPA kernel the scorer's attention runs (collection, update), then
    `python -m glamrl train` on GLAM's configuration (32 envs x 40 frames, 4 epochs, minibatch 64,
    3 observations, BabyAI-MixedTrainLocal-v0, fp32 weights, bf16 compute on CUDA) with
-   `glamrl.train.ppo.train_ppo`, stopped after a time limit; the last update of RUN_DIR/log.csv gives
+   `glamrl.trainers.ppo.train_ppo`, stopped after a time limit; the last update of RUN_DIR/log.csv gives
    collection, update and overall frames/s.
 4. DD-PPO: the same training under `torchrun --nproc_per_node=2` on the one device (NCCL on
    CUDA, gloo on CPU), or the reason it could not run.
@@ -50,7 +50,7 @@ from glamrl.agents.factory import make_model
 from glamrl.config import load_train_config
 from glamrl.llm.diagnostics import attention_kernels
 from glamrl.run.dir import RunDir
-from glamrl.train.ppo import train_ppo
+from glamrl.trainers.ppo import train_ppo
 
 HERE = Path(__file__).resolve().parent
 MODELS = HERE / "models"
@@ -179,7 +179,7 @@ class _Timeout(Exception):
 
 
 def train_row(overrides: list[str], run_dir: Path, timeout_s: float) -> tuple[dict | None, str]:
-    """`glamrl.train.ppo.train_ppo` with `overrides`, in this process, stopped after `timeout_s`;
+    """`glamrl.trainers.ppo.train_ppo` with `overrides`, in this process, stopped after `timeout_s`;
     (the last row of its log or None, status)."""
     def stop(signum: int, frame: object) -> None:
         raise _Timeout

@@ -12,18 +12,13 @@ BabyAI-Text env.
 
 import glamrl.envs  # noqa: F401  (registers BabyAI-Text-<Level> for every BabyAI level)
 
-_API = ("Policy", "load_policy", "make_env")
+_API = ("Policy", "load_policy", "make_env", "train")
 
 
 def __getattr__(name: str):
-    """The API's names, imported on first use (it imports torch and transformers). `train` is the callable
-    package `glamrl.train`, which runs `glamrl.api.train`."""
+    """The API's names, imported on first use (it imports torch and transformers)."""
     if name in _API:
         from glamrl import api
 
         return getattr(api, name)
-    if name == "train":
-        import glamrl.train
-
-        return glamrl.train
     raise AttributeError(f"module 'glamrl' has no attribute {name!r}")

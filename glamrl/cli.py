@@ -415,8 +415,8 @@ def cmd_demos(args: argparse.Namespace) -> None:
 
 def cmd_bc(args: argparse.Namespace) -> None:
     from glamrl.config import load_train_config
-    from glamrl.train.bc import train_bc
-    from glamrl.train.common import train_run_dir
+    from glamrl.trainers.bc import train_bc
+    from glamrl.trainers.common import train_run_dir
 
     cfg = load_train_config(args.config, args.overrides) if args.config else None
     run = RunDir(args.run_dir)
@@ -442,7 +442,7 @@ def train_run(args: argparse.Namespace, cfg: TrainConfig | None = None) -> Path:
     (`glamrl.api.train`); returns the run directory."""
     from glamrl.config import ConfigError, load_train_config
     from glamrl.parallel import distributed
-    from glamrl.train.common import train_run_dir
+    from glamrl.trainers.common import train_run_dir
 
     if cfg is None and args.config:
         cfg = load_train_config(args.config, args.overrides)

@@ -4,7 +4,7 @@
      "nbr_obs": 3, "task": "go_to", "episode": 3, "step": 0, "episode_return": 0.9, "success": true}
 
 `prompt` is GLAM's prompt (glamrl/prompts.py) of the decision, with the action names
-and history length given; behavioural cloning (glamrl/train/bc.py) learns `action` from it. A
+and history length given; behavioural cloning (glamrl/trainers/bc.py) learns `action` from it. A
 record is read back only if its `action` is the name the cloning config gives its
 `action_index`, and its `nbr_obs` (the observations its prompt keeps) is the config's prompt.nbr_obs
 (`read_demos`): demonstrations recorded with other action names (another language, other words) or

@@ -16,7 +16,7 @@ from pathlib import Path
 from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-import glamrl.train.ppo
+import glamrl.trainers.ppo
 from glamrl.cli import main
 
 LOG = Path(os.environ["PROBE_DIR"]) / f"rank{os.environ['RANK']}.jsonl"
@@ -43,7 +43,7 @@ def recording_step(envs, agent, obs):
 
 record(kind="pid", pid=os.getpid())
 register_optimizer_step_post_hook(after_step)
-real_step, glamrl.train.ppo.step = glamrl.train.ppo.step, recording_step
+real_step, glamrl.trainers.ppo.step = glamrl.trainers.ppo.step, recording_step
 commands = [[]]
 for arg in sys.argv[1:]:
     if arg == "--then":

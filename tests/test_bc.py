@@ -12,14 +12,14 @@ import torch
 from glamrl.agents.factory import restore_agent
 from glamrl.agents.registry import AgentKindError
 from glamrl.run.dir import RunDir
-from glamrl.train.bc import train_bc
+from glamrl.trainers.bc import train_bc
 from glamrl.run.checkpoint import load_checkpoint
 from glamrl.config import AgentConfig, ConfigError, load_train_config
 from glamrl.demos import DemoFileError, read_demos
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.rollout import eval_seed, evaluate
-from glamrl.train.common import TrainerMismatchError, evaluate_policy
-from glamrl.train.ppo import train_ppo
+from glamrl.trainers.common import TrainerMismatchError, evaluate_policy
+from glamrl.trainers.ppo import train_ppo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,7 +13,7 @@ from glamrl.config import ConfigError, ModelConfig, Resolved, load_train_config
 from glamrl.llm import compiled
 from glamrl.llm.compiled import CompileError
 from glamrl.llm.policy import LLMPolicy
-from glamrl.train.ppo import train_ppo
+from glamrl.trainers.ppo import train_ppo
 
 TINY = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "model.name=tiny-llama", "model.device=cpu",
         "ppo.num_steps=4", "ppo.minibatch_size=4", "ppo.epochs=1", "run.tensorboard=false", "run.eval_episodes=0"]

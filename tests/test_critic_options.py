@@ -12,7 +12,7 @@ from glamrl.envs.actions import ACTION_NAMES
 from glamrl.rl.gae import discounted_returns
 from glamrl.run.checkpoint import CheckpointMismatchError
 from glamrl.run.dir import RunDir
-from glamrl.train.ppo import train_ppo
+from glamrl.trainers.ppo import train_ppo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -55,7 +55,7 @@ def test_batch_baseline_returns_match_a_slow_loop_on_random_rollouts(seed):
 def test_batch_baseline_advantages_are_the_returns_less_their_mean():
     from glamrl.rl.buffer import RolloutBuffer
     from glamrl.rl.value_norm import NoValueNorm
-    from glamrl.train.ppo import rollout_batch
+    from glamrl.trainers.ppo import rollout_batch
 
     g = torch.Generator().manual_seed(4)
     T, N = 6, 3
@@ -168,7 +168,7 @@ def test_bad_critic_options_are_refused_in_one_line(overrides, message):
 
 
 def test_a_kind_without_an_llm_value_head_refuses_critic_reads_step_in_one_line():
-    from glamrl.train.common import check_reads
+    from glamrl.trainers.common import check_reads
 
     cfg = load_train_config(None, ["agent.kind=symbolic", "model.critic_reads_step=true", "env.num_envs=2",
                                    "ppo.num_steps=4", "ppo.minibatch_size=4"])

@@ -19,8 +19,8 @@ from glamrl.rl.replay import ReplayMemory
 from glamrl.rollout import step
 from glamrl.run.dir import RunDir
 from glamrl.run.metrics import LOG_METRICS
-from glamrl.train.common import evaluate_policy
-from glamrl.train.drrn import train_drrn
+from glamrl.trainers.common import evaluate_policy
+from glamrl.trainers.drrn import train_drrn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from glamrl.config import AgentConfig, load_train_config
 from glamrl.envs import make_vector_env
 from glamrl.eval.suite import TESTS, run_suite
 from glamrl.rollout import run_episodes
-from glamrl.train.common import evaluate_policy
+from glamrl.trainers.common import evaluate_policy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -82,7 +82,7 @@ def test_a_suite_test_does_not_depend_on_its_place():
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A tiny llm run on LEVEL with a 3-step limit."""
-    from glamrl.train.ppo import train_ppo
+    from glamrl.trainers.ppo import train_ppo
 
     torch.set_num_threads(1)
     run = tmp_path_factory.mktemp("replay") / "run"

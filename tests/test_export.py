@@ -20,7 +20,7 @@ from glamrl.llm.exported import HEADS_FILE, MANIFEST_FILE, read_manifest
 from glamrl.llm.policy import LLMPolicy, PolicyStateError
 from glamrl.prompts import PromptHistory
 from glamrl.run.dir import RunDir
-from glamrl.train.ppo import train_ppo
+from glamrl.trainers.ppo import train_ppo
 
 TINY = [
     "env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "env.seed=3", "model.device=cpu",

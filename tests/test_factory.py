@@ -10,8 +10,8 @@ from glamrl.agents.factory import make_model, read_run
 from glamrl.agents.registry import AgentKindError
 from glamrl.cli import main
 from glamrl.config import ConfigError, load_train_config
-from glamrl.train.ppo import train_ppo
-from glamrl.train.drrn import train_drrn
+from glamrl.trainers.ppo import train_ppo
+from glamrl.trainers.drrn import train_drrn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

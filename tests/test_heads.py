@@ -74,7 +74,7 @@ def test_standardized_value_head_reads_its_inputs_standardised_per_feature():
 
 def test_value_head_init_standardized_in_a_training_run(tmp_path):
     from glamrl.config import load_train_config
-    from glamrl.train.ppo import train_ppo
+    from glamrl.trainers.ppo import train_ppo
 
     torch.set_num_threads(1)
     cfg = load_train_config(None, ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "model.name=tiny-llama",

@@ -11,7 +11,7 @@ from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients
 from glamrl.rollout import step
 from glamrl.agents.factory import make_agent
-from glamrl.train.common import seed_everything
+from glamrl.trainers.common import seed_everything
 from glamrl.llm.compiled import inductor_problem
 from glamrl.llm.policy import LLMPolicy
 

@@ -12,7 +12,7 @@ from glamrl.envs.actions import ACTION_NAMES
 from glamrl.llm import precision
 from glamrl.llm.policy import LLMPolicy
 from glamrl.llm.precision import Hardware, auto_compute_dtype, choose_compute_dtype, cpu_flags
-from glamrl.train.ppo import train_ppo
+from glamrl.trainers.ppo import train_ppo
 
 REAL_FACTS = precision.hardware_facts  # before conftest's no_fast_bf16 replaces it in each test
 AVX2 = {"fpu", "sse2", "avx", "avx2", "fma"}  # the AMD EPYC this project's machines often are

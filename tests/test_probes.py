@@ -10,7 +10,7 @@ from glamrl.cli import main
 from glamrl.config import load_train_config
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.eval.probes import ProbeError, load_probes
-from glamrl.train.ppo import train_ppo
+from glamrl.trainers.ppo import train_ppo
 
 PROBES = "configs/probes/turn_to_object.yaml"
 TINY = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "model.name=tiny-llama", "model.device=cpu",

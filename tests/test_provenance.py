@@ -10,7 +10,7 @@ from glamrl.cli import main
 from glamrl.config import load_train_config
 from glamrl.eval import provenance as prov
 from glamrl.rollout import eval_seed
-from glamrl.train.ppo import train_ppo
+from glamrl.trainers.ppo import train_ppo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -21,7 +21,7 @@ from glamrl.cli import main
 from glamrl.config import ConfigError, RunConfig, TrainConfig, load_train_config
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.run.dir import RunDir
-from glamrl.train.common import check_reads
+from glamrl.trainers.common import check_reads
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -52,7 +52,7 @@ def _two_env_rollout():
 @pytest.mark.parametrize("bootstrap", [False, True])
 def test_time_outs_end_the_return_unless_bootstrapped(bootstrap):
     from glamrl.rl.value_norm import NoValueNorm
-    from glamrl.train.ppo import rollout_batch
+    from glamrl.trainers.ppo import rollout_batch
 
     buffer, next_value = _two_env_rollout()
     batch, _ = rollout_batch(buffer, next_value, NoValueNorm(),
@@ -72,7 +72,7 @@ def test_the_clipped_value_loss_keeps_the_plain_gradient_inside_the_band_when_st
     # the statistics move far more than clip_eps between collection and update (returns jump from about 0 to
     # about 10): the value loss's band must still hold the head's output as the update starts
     from glamrl.rl.value_norm import ValueNormalizer
-    from glamrl.train.ppo import rollout_batch
+    from glamrl.trainers.ppo import rollout_batch
 
     norm = ValueNormalizer(decay=0.9)
     norm.update(torch.tensor([0.0, 0.1, -0.1, 0.05]))
@@ -96,7 +96,7 @@ def test_the_clipped_value_loss_keeps_the_plain_gradient_inside_the_band_when_st
 def test_rollout_values_come_from_the_standardised_head():
     from glamrl.llm.policy import LLMPolicy
     from glamrl.rl.buffer import RolloutBuffer
-    from glamrl.train.ppo import standardize_value_head
+    from glamrl.trainers.ppo import standardize_value_head
 
     torch.manual_seed(0)
     policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"))
@@ -182,7 +182,7 @@ def test_value_normalizer_statistics_by_hand_and_round_trip():
 def test_value_lr_gives_the_value_head_its_own_group_and_value_norm_resumes(tmp_path):
     from glamrl.config import load_train_config
     from glamrl.llm.policy import LLMPolicy
-    from glamrl.train.ppo import parameter_groups, train_ppo
+    from glamrl.trainers.ppo import parameter_groups, train_ppo
 
     torch.set_num_threads(1)
     policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"))

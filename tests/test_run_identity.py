@@ -13,9 +13,9 @@ from glamrl.demos import DemoFileError, read_demos
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.experiment import load_experiment, report
 from glamrl.run.dir import RunDir
-from glamrl.train.bc import train_bc
-from glamrl.train.drrn import train_drrn
-from glamrl.train.ppo import train_ppo
+from glamrl.trainers.bc import train_bc
+from glamrl.trainers.drrn import train_drrn
+from glamrl.trainers.ppo import train_ppo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -20,8 +20,8 @@ import yaml
 from glamrl.run.dir import RunDir
 from glamrl.cli import main
 from glamrl.config import ConfigError, load_train_config
-from glamrl.train.ppo import train_ppo
-from glamrl.train.drrn import train_drrn
+from glamrl.trainers.ppo import train_ppo
+from glamrl.trainers.drrn import train_drrn
 from test_safe_runs import NO_MODEL, TINY, assert_one_line, run_cli, snapshot, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -14,8 +14,8 @@ import torch
 from glamrl.cli import main
 from glamrl.config import load_train_config
 from glamrl.run.dir import RUN_DATA, RUN_FILES, RunDir, RunDirError
-from glamrl.train.common import TrainResult, train_run_dir
-from glamrl.train.ppo import train_ppo
+from glamrl.trainers.common import TrainResult, train_run_dir
+from glamrl.trainers.ppo import train_ppo
 
 TINY = [
     "env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "model.name=tiny-llama", "model.device=cpu",

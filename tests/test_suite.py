@@ -198,7 +198,7 @@ def test_llm_agent_scores_the_names_its_prompts_list(name, llm_builder):
 @pytest.fixture(scope="module")
 def drrn_builder(tmp_path_factory):
     from glamrl.config import load_train_config
-    from glamrl.train.drrn import train_drrn
+    from glamrl.trainers.drrn import train_drrn
 
     torch.set_num_threads(1)
     run = tmp_path_factory.mktemp("drrn") / "run"

@@ -16,8 +16,8 @@ from glamrl.rl.gae import compute_gae
 from glamrl.rl.ppo import accumulate_gradients, ppo_loss
 from glamrl.rollout import evaluate, step
 from glamrl.run.dir import RunDir
-from glamrl.train.common import evaluate_policy
-from glamrl.train.ppo import train_ppo
+from glamrl.trainers.common import evaluate_policy
+from glamrl.trainers.ppo import train_ppo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -14,7 +14,7 @@ from glamrl.config import ModelConfig, load_train_config
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.run.dir import RunDir
 from glamrl.run.metrics import LOG_METRICS
-from glamrl.train.ppo import TrainingDiverged, train_ppo
+from glamrl.trainers.ppo import TrainingDiverged, train_ppo
 
 TINY = [
     "env.id=BabyAI-TurnToObject-v0", "env.num_envs=8", "env.seed=3",
@@ -101,7 +101,7 @@ def test_a_divergence_is_caught_in_the_weights_or_in_the_outputs():
     # it is logged or saved, looks at both
     from glamrl.llm.policy import LLMPolicy
     from glamrl.rl.buffer import Batch
-    from glamrl.train.ppo import diverged
+    from glamrl.trainers.ppo import diverged
 
     policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"))
     params = [w for w in policy.parameters() if w.requires_grad]

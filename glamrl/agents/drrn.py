@@ -9,7 +9,7 @@ loses its oldest observations first. Each action's name is encoded by a second G
 MLP over the pair gives Q. The agent owns the action names: the ones its text lists are
 the ones it encodes and scores. It acts by sampling softmax(Q / temperature), as GLAM's
 DRRN did in training and test, or epsilon-greedily (`Exploration`). Training (replay
-memory, Q-learning) lives in `glamrl/train/drrn.py`.
+memory, Q-learning) lives in `glamrl/trainers/drrn.py`.
 """
 
 from __future__ import annotations

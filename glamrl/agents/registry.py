@@ -219,10 +219,10 @@ def check_trains(kind: str, loop: str) -> AgentKind:
 
 # ------------------------------------------------------------------------------------------- the table
 register_trainer(Trainer("ppo", row="update", sections=("ppo",), run_fields=LOOP_RUN_FIELDS,
-                         frames_field="ppo.total_frames", loop="glamrl.train.ppo:train_ppo"))
+                         frames_field="ppo.total_frames", loop="glamrl.trainers.ppo:train_ppo"))
 register_trainer(Trainer("drrn", row="row", sections=("drrn",),
                          run_fields=("checkpoint_every", "max_minutes", "stop_at_success"),
-                         frames_field="drrn.total_frames", loop="glamrl.train.drrn:train_drrn"))
+                         frames_field="drrn.total_frames", loop="glamrl.trainers.drrn:train_drrn"))
 # behavioural cloning checkpoints at each log row (bc.log_every) and plays no episodes to stop at a success rate
 register_trainer(Trainer("bc", row="row", sections=("bc",), run_fields=("max_minutes",)))
 

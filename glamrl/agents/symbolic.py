@@ -38,7 +38,7 @@ from its own stored state. (BabyAI also wrote the replayed states back into its 
 epoch; as sequences always start at the same steps, only their first steps' stored states are read.)
 
 The mission is read with the closed word vocabulary (`glamrl.envs.vocabulary`). It trains with the
-same PPO loop as the LLM (glamrl/train/ppo.py): `Decision.inputs` holds each env's observation item
+same PPO loop as the LLM (glamrl/trainers/ppo.py): `Decision.inputs` holds each env's observation item
 (image, mission ids, memory), which the PPO update hands back to `ACModel.forward`.
 """
 

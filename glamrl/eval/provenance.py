@@ -50,7 +50,7 @@ def provenance(cfg: TrainConfig, *, run_dir: Path | None, progress: Progress | N
 
 def write_evaluation(path: Path, cfg: TrainConfig, summary: dict[str, Any], *, run_dir: Path | None,
                      progress: Progress | None, greedy: bool) -> Path:
-    """A training run's evaluation (`glamrl.train.common.evaluate_policy`'s summary: episode k from
+    """A training run's evaluation (`glamrl.trainers.common.evaluate_policy`'s summary: episode k from
     `eval_seed(env.seed)` + k) as `glamrl eval --out` writes one: the level, the summary, its provenance."""
     origin = provenance(cfg, run_dir=run_dir, progress=progress, greedy=greedy, num_envs=cfg.env.num_envs,
                         first_seed=eval_seed(cfg.env.seed), episodes=cfg.run.eval_episodes)

@@ -1,7 +1,7 @@
 """Run directories: `RunDir`, the one owner of a run's paths, its lock, its config and the resume rule.
 
     run = RunDir(run_dir)
-    with run.lock():   # once, by glamrl.train.common.train_run_dir; another holder: RunDirError naming its PID
+    with run.lock():   # once, by glamrl.trainers.common.train_run_dir; another holder: RunDirError naming its PID
         cfg, resume = run.resolve_config(cfg, overrides)   # the resume rule (docs/concepts.md, "The run directory")
         ...train: run.load_checkpoint(), run.write_config(cfg), run.open_log(...), run.save_checkpoint(state)...
 
@@ -28,7 +28,7 @@ The rules that keep them safe, applied by every command:
 
 The lock is an `fcntl.flock` on `RUN_DIR/.lock`: the kernel drops it when the holder
 dies, so a `kill -9` never leaves a stale lock behind. One place takes it, for a training command's whole run
-(`glamrl.train.common.train_run_dir`, which also decides about resuming): taking it again in the same process
+(`glamrl.trainers.common.train_run_dir`, which also decides about resuming): taking it again in the same process
 is a `RunDirError`, as from another process. Readers (`glamrl eval --run`, `glamrl export`) take no lock. A
 start that fails before its config.yaml is written removes the lock file (and the directory) it created.
 Taking the lock removes the temporaries that killed writers left in the run directory and its checkpoints/.
@@ -237,7 +237,7 @@ class RunDir:
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
                 if holder == str(os.getpid()):
                     raise RunDirError(f"{self} is already locked by this process: a run directory is locked once, "
-                                      f"by the command that trains it (glamrl.train.common.train_run_dir)") from None
+                                      f"by the command that trains it (glamrl.trainers.common.train_run_dir)") from None
                 raise RunDirError(f"{self} is in use by another glamrl process (PID {holder}); "
                                   f"wait for it to finish or use another --run-dir") from None
             os.ftruncate(fd, 0)

@@ -3,7 +3,7 @@
 Phases of each update: collect (the policy scores actions under inference mode) →
 bootstrap and GAE → flatten → optimise the PPO loss over epochs of minibatches →
 log → checkpoint. A run directory holds everything; running again on it resumes.
-The run's skeleton (open, restore, record the config, log, checkpoint, evaluate) is `glamrl.train.common`'s
+The run's skeleton (open, restore, record the config, log, checkpoint, evaluate) is `glamrl.trainers.common`'s
 `Session`; what several ranks add (gathering, averaging, sharding) is `glamrl.parallel`'s.
 """
 
@@ -33,7 +33,7 @@ from glamrl.rl.value_norm import NoValueNorm, ValueNormalizer, make_value_normal
 from glamrl.rollout import step
 from glamrl.run.checkpoint import Progress
 from glamrl.run.log import episode_stats
-from glamrl.train.common import TrainResult, open_session, seed_everything
+from glamrl.trainers.common import TrainResult, open_session, seed_everything
 
 class TrainingDiverged(GlamrlError, RuntimeError):
     """The PPO loss became NaN or infinite."""
@@ -44,7 +44,7 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
     """Train (or resume, from RUN_DIR's last checkpoint) the PPO agent `cfg` describes (a kind the registry
     trains with ppo: llm, symbolic).
 
-    The caller holds RUN_DIR's lock and decided `resume` (`glamrl.train.common.train_run_dir`).
+    The caller holds RUN_DIR's lock and decided `resume` (`glamrl.trainers.common.train_run_dir`).
     Under torchrun (see `glamrl.parallel.distributed`) every rank calls this; rank 0 alone touches RUN_DIR.
     """
     session = open_session(cfg, run_dir, resume, "ppo", progress, say)

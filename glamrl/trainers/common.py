@@ -4,7 +4,7 @@ the run to its last checkpoint; and the evaluation before and after.
 
     result = train_run_dir(RunDir(run_dir), cfg, overrides)   # locked; new, resumed or refused; the registry's loop
 
-Each loop (`glamrl/train/ppo.py`, `drrn.py`, `bc.py`) reads top to bottom as its own algorithm and goes
+Each loop (`glamrl/trainers/ppo.py`, `drrn.py`, `bc.py`) reads top to bottom as its own algorithm and goes
 through its session in the same order:
 
     session = open_session(cfg, run_dir, resume, "ppo", progress, say)   # seeded; resuming: the checkpoint read

@@ -33,7 +33,7 @@ from glamrl.agents.factory import make_model
 from glamrl.config import TrainConfig
 from glamrl.demos import DemoFileError, read_demos
 from glamrl.run.checkpoint import Progress
-from glamrl.train.common import TrainResult, open_session
+from glamrl.trainers.common import TrainResult, open_session
 
 
 def data_identity(data: Path, records: int) -> dict[str, Any]:

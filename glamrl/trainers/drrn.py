@@ -35,7 +35,7 @@ from glamrl.rl.replay import ReplayMemory
 from glamrl.rollout import step
 from glamrl.run.checkpoint import Progress
 from glamrl.run.log import episode_stats
-from glamrl.train.common import TrainResult, open_session
+from glamrl.trainers.common import TrainResult, open_session
 
 
 def q_learning_step(network: DRRNetwork, target: DRRNetwork, action_ids: torch.Tensor,
