@@ -133,7 +133,7 @@ def make_manifest(policy: LLMPolicy, cfg: TrainConfig, weights: str, base: str |
         hidden_state="first_decoder_position" if seq2seq else "last_prompt_token",
         action_names=list(cfg.prompt.actions), nbr_obs=cfg.prompt.nbr_obs, language=cfg.env.language,
         normalize_by_length=cfg.model.normalize_by_length, use_action_heads=cfg.model.use_action_heads,
-        critic_reads_step=cfg.model.critic_reads_step,
+        score=cfg.model.score, critic_reads_step=cfg.model.critic_reads_step,
         action_heads=mlp_layers("action_heads.mlp") if policy.action_heads is not None else None,
         notes=_notes(seq2seq, cfg.model.use_action_heads),
     )
@@ -259,8 +259,10 @@ def _load_section(manifest: PolicyManifest, out: Path, env_id: str) -> list[str]
         code.append("")
     code += [f"With glamrl: `glamrl eval --agent llm --model {out} --env {env_id} --greedy`, or continue "
              f"training from it: `glamrl train --config CONFIG model.name={out}` (the value head is loaded too; "
-             f"keep model.use_action_heads={str(manifest.use_action_heads).lower()} and "
-             f"model.normalize_by_length={str(manifest.normalize_by_length).lower()})."]
+             f"keep model.use_action_heads={str(manifest.use_action_heads).lower()}, "
+             f"model.normalize_by_length={str(manifest.normalize_by_length).lower()}, "
+             f"model.score={manifest.score} and "
+             f"model.critic_reads_step={str(manifest.critic_reads_step).lower()})."]
     return code
 
 
@@ -301,7 +303,7 @@ def model_card(cfg: TrainConfig, state: Checkpoint, manifest: PolicyManifest, ru
         "## Actions and prompt", "",
         f"Actions (in minigrid order 0..5): {', '.join(f'`{a}`' for a in manifest.action_names)}.", "",
         f"The policy: {manifest.notes['policy']}; here normalize_by_length="
-        f"{str(manifest.normalize_by_length).lower()}. Prompt: GLAM's layout, keeping {manifest.nbr_obs} "
+        f"{str(manifest.normalize_by_length).lower()}, score={manifest.score}. Prompt: GLAM's layout, keeping {manifest.nbr_obs} "
         "observation(s); past observations are followed by the action taken, the last by `Action i: ` "
         "(trailing space). Example (the first prompt of the run's first episode):", "",
         "```", example_prompt(cfg), "```", "",

@@ -282,6 +282,23 @@ def test_npae_action_heads_travel_with_the_export(tmp_path):
         LLMPolicy(ModelConfig(name=str(tmp_path / "out"), device="cpu"))
 
 
+def test_an_export_scores_as_its_run_did(tmp_path):
+    """model.score travels with the export: `glamrl eval --model OUT` scores with GLAM's sum_logits if the run did."""
+    from glamrl.eval.agents import AgentSpec, load_eval_model
+
+    cfg = load_train_config(None, [*(o for o in TINY if not o.startswith("ppo.total_frames")), "model.name=tiny-llama",
+                                   "model.score=sum_logits", "ppo.total_frames=16"])
+    train_ppo(cfg, tmp_path / "run", progress=False, say=lambda _: None)
+    assert export_run(tmp_path / "run", tmp_path / "out").score == "sum_logits"
+    assert "model.score=sum_logits" in (tmp_path / "out" / "README.md").read_text()
+    loaded, model, _, _ = load_eval_model(AgentSpec(kind="llm", model=str(tmp_path / "out"), device="cpu"))
+    prompts = some_prompts(cfg.prompt.actions, nbr_obs=2)
+    with torch.no_grad():
+        trained = restore_model(tmp_path / "run", device="cpu")[1](prompts, ACTION_NAMES)
+        torch.testing.assert_close(model(prompts, ACTION_NAMES).log_probs, trained.log_probs, atol=1e-5, rtol=0)
+    assert loaded.model.score == "sum_logits"
+
+
 def test_model_card_lists_the_evaluations_saved_in_the_run(exported, tmp_path, capsys):
     run_dir, _ = exported["llama-full"]
     assert main(["eval", "--agent", "llm", "--run", str(run_dir), "--env", "BabyAI-TurnToObject-v0",

@@ -77,7 +77,7 @@ def load_eval_model(spec: AgentSpec, seed: int = 1,
             prompt = PromptConfig(nbr_obs=exported.nbr_obs, actions=list(exported.action_names))
             model = dataclasses.replace(model, normalize_by_length=exported.normalize_by_length,
                                         use_action_heads=exported.use_action_heads,
-                                        critic_reads_step=exported.critic_reads_step)
+                                        score=exported.score, critic_reads_step=exported.critic_reads_step)
             label = f"llm {Path(spec.model).name}"
     cfg = TrainConfig(env=EnvConfig(seed=seed, language=language), prompt=prompt, model=model,
                       agent=AgentConfig(kind=spec.kind))

@@ -60,6 +60,8 @@ class PolicyManifest:
     """action scores are mean (True) rather than summed token log-probabilities."""
     use_action_heads: bool
     """NPAE: the policy is softmax(action_heads(hidden)) instead of softmax(action scores)."""
+    score: str = "log_softmax"
+    """what an action's score sums over its tokens (model.score): log_softmax, or GLAM's sum_logits."""
     critic_reads_step: bool = False
     """the value head also reads the episode's step (glamrl.llm.heads.step_features after the hidden state)."""
     value_head: list[dict[str, str]] = field(default_factory=lambda: mlp_layers("value_head.mlp"))
