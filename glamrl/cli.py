@@ -175,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "success_rate,return_mean; docs/reference/metrics.md lists them)")
     pl.add_argument("--smooth", type=positive_int, default=None,
                     help="draw each run's moving average over this many rows (default: 1, as logged)")
+    pl.add_argument("--x", choices=("frames", "minutes"), default=None,
+                    help="the x axis: frames (default), or minutes of training (log.csv's duration)")
     pl.add_argument("--probes", action="store_true", help="draw the run's probes.csv (pi(a | probe)) instead")
     pl.add_argument("--overwrite", action="store_true", help="replace an --out that glamrl did not write")
 
@@ -470,7 +472,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
     from glamrl.eval.plot import DEFAULT_METRICS, SUFFIXES, plot_runs
 
     if args.probes:
-        refuse(args, ("metrics", "smooth"), "with --probes, which draws probes.csv, not log.csv")
+        refuse(args, ("metrics", "smooth", "x"), "with --probes, which draws probes.csv, not log.csv")
     if args.probes and len(args.runs) > 1:  # one plot per run, in its directory
         outs = [RunDir(run).probes_plot for run in args.runs]
     else:
@@ -483,7 +485,7 @@ def cmd_plot(args: argparse.Namespace) -> None:
         for run, out in zip(args.runs, outs):
             print(plot_probes(run, out))
         return
-    print(plot_runs(args.runs, args.out, metrics=args.metrics or DEFAULT_METRICS, smooth=args.smooth or 1))
+    print(plot_runs(args.runs, args.out, x=args.x or "frames", metrics=args.metrics or DEFAULT_METRICS, smooth=args.smooth or 1))
 
 
 def main(argv: list[str] | None = None) -> int:

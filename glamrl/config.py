@@ -77,6 +77,14 @@ class EnvConfig:
                                faithful=self.faithful, max_steps=self.max_steps, render_mode=render_mode,
                                wrapper=wrapper)
 
+    @property
+    def several_tasks(self) -> bool:
+        """Whether this level draws its episodes from several task kinds (a Mixed level with no env.task): the
+        training loops then log each kind's success as well (`success_rate_TASK`)."""
+        from glamrl.envs.factory import task_kinds
+
+        return len(task_kinds(self.id, self.task)) > 1
+
 
 # -------------------------------------------------------------------------- prompt
 @dataclass

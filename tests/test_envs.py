@@ -84,3 +84,20 @@ def test_unknown_env_id_names_close_ones():
         make_env("BabyAI-MixedTrainLocl-v0")
     with pytest.raises(ValueError):
         make_env("BabyAI-MixedTrainLocal-v0", language="de")
+
+
+@pytest.mark.parametrize(("env_id", "task", "kinds"), [
+    ("BabyAI-MixedTrainLocal-v0", None, ("go_to", "pick_up", "open", "put_next", "pick_up_seq_go_to")),
+    ("BabyAI-Text-MixedTestLocal-v0", None, ("go_to", "pick_up", "open", "put_next", "pick_up_seq_go_to",
+                                             "pick_up_seq_pick_up")),
+    ("BabyAI-MixedTrainLocal-v0", "open", ("open",)),
+    ("BabyAI-PickUpSeqGoToLocal-v0", None, ("pick_up_seq_go_to",)),
+    ("BabyAI-GoToLocal-v0", None, ("GoToLocal",)),
+])
+def test_task_kinds_name_what_the_episodes_report(env_id, task, kinds):
+    from glamrl.envs.factory import task_kinds
+
+    assert task_kinds(env_id, task) == kinds
+    env = make_env(env_id, task=task)
+    reported = {env.reset(seed=seed)[1]["task"] for seed in range(30)}
+    assert reported <= set(kinds) and (len(kinds) == 1) == (len(reported) == 1)

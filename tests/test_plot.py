@@ -94,6 +94,18 @@ def test_plot_command_draws_the_chosen_metrics_smoothed_and_labelled(tmp_path, m
     assert list(line.get_xdata()) == [8, 16, 24, 32] and list(line.get_ydata()) == pytest.approx([2, 3, 5, 7])
 
 
+def test_plot_command_draws_against_minutes_of_training(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    with RunDir(run).open_log(tensorboard=False) as logger:
+        for update in range(1, 4):
+            logger.log({"update": update, "frames": 8 * update, "duration": 30.0 * update, "success_rate": 0.5})
+    figures = _drawn(monkeypatch)
+    assert main(["plot", str(run), "--metrics", "success_rate", "--x", "minutes", "--out", str(tmp_path / "p.png")]) == 0
+    (ax,) = figures[0].axes
+    assert ax.get_xlabel() == "wall-clock minutes" and list(ax.get_lines()[0].get_xdata()) == [0.5, 1.0, 1.5]
+
+
 def test_plot_command_refuses_an_unknown_metric_in_one_line_listing_the_columns(runs, tmp_path, capsys):
     assert main(["plot", str(runs[0]), "--metrics", "success_rate,sucess_rate", "--out", str(tmp_path / "p.png")]) == 2
     err = capsys.readouterr().err.strip()
@@ -105,6 +117,8 @@ def test_plot_command_refuses_an_unknown_metric_in_one_line_listing_the_columns(
 def test_plot_command_refuses_metrics_with_probes(runs, capsys):
     assert main(["plot", str(runs[0]), "--probes", "--smooth", "3"]) == 2
     assert "--smooth cannot apply with --probes" in capsys.readouterr().err
+    assert main(["plot", str(runs[0]), "--probes", "--x", "minutes"]) == 2
+    assert "--x cannot apply with --probes" in capsys.readouterr().err
 
 
 def test_a_metric_glamrl_logs_elsewhere_is_drawn_empty_not_refused(runs, tmp_path):

@@ -3,6 +3,7 @@ import math
 import pytest
 
 from glamrl.run.dir import RunDir
+from glamrl.envs.factory import EpisodeResult
 from glamrl.run.log import LogNotFoundError, episode_stats
 from glamrl.run.metrics import LOG_METRICS, column_order, label, tag
 
@@ -124,8 +125,13 @@ def test_read_log_of_a_run_without_log_names_the_directory(tmp_path):
         RunDir(tmp_path).read_log()
 
 
+def _episodes(returns, lengths, successes, tasks=None):
+    tasks = tasks or ["GoToLocal"] * len(returns)
+    return [EpisodeResult(i, s, r, n, t) for i, (r, n, s, t) in enumerate(zip(returns, lengths, successes, tasks))]
+
+
 def test_episode_stats_by_hand():
-    stats = episode_stats([1.0, 0.0, 0.5], [4, 10, 7], [True, False, True])
+    stats = episode_stats(_episodes([1.0, 0.0, 0.5], [4, 10, 7], [True, False, True]))
     assert stats == pytest.approx({
         "success_rate": 2 / 3,
         "return_mean": 0.5, "return_std": math.sqrt(1 / 6), "return_min": 0.0, "return_max": 1.0,
@@ -133,5 +139,15 @@ def test_episode_stats_by_hand():
     })
 
 
+def test_episode_stats_per_task_kind_by_hand():
+    finished = _episodes([1.0, 0.0, 0.5, 0.0], [4, 10, 7, 9], [True, False, True, False],
+                         ["go_to", "open", "go_to", "go_to"])
+    stats = episode_stats(finished, per_task=True)
+    assert stats["success_rate_go_to"] == pytest.approx(2 / 3) and stats["success_rate_open"] == 0.0
+    assert "success_rate_pick_up" not in stats  # no episode of it ended: an empty cell, not 0
+    assert not [k for k in episode_stats(finished) if k.startswith("success_rate_")]
+
+
 def test_episode_stats_without_finished_episodes_has_no_nan():
-    assert episode_stats([], [], []) == {}
+    assert episode_stats([]) == {}
+    assert episode_stats([], per_task=True) == {}

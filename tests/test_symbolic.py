@@ -1,6 +1,7 @@
 """Symbolic PPO (BabyAI's ACModel: GLAM's expert_filmcnn network, or the small one) trained by the LLM's PPO loop."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -304,3 +305,25 @@ def test_fast_paths_equal_their_plain_references():
         words = ids[ids != PAD][None]                                                   # (1, L)
         torch.testing.assert_close(fast[row], model.mission_gru(model.words(words))[0][0, -1])
     assert torch.equal(fast[6], fast[0])
+
+
+def test_a_mixed_level_logs_each_task_kinds_success(tmp_path):
+    """On a level of several task kinds, each row also has success_rate_TASK of the kinds whose episodes ended
+    (episodes cut at 16 steps so that many end); a one-task level has no such column."""
+    from glamrl.envs.levels import TRAIN_TASKS
+
+    mixed = [*(o for o in TINY if not o.startswith("env.id=")), "env.id=BabyAI-MixedTrainLocal-v0", "env.max_steps=16",
+             "ppo.total_frames=1024"]
+    train_ppo(load_train_config("configs/symbolic_small.yaml", mixed), tmp_path / "mixed", progress=False,
+              say=lambda _: None)
+    rows = RunDir(tmp_path / "mixed").read_log()
+    columns = {key.removeprefix("success_rate_") for row in rows for key in row if key.startswith("success_rate_")}
+    assert columns and columns <= set(TRAIN_TASKS)
+    for row in rows:  # each kind's rate is a share of that kind's episodes; together they average to the whole
+        rates = [row[f"success_rate_{t}"] for t in columns if not math.isnan(row.get(f"success_rate_{t}", math.nan))]
+        assert bool(rates) == (not math.isnan(row["success_rate"]))  # empty cells where no episode ended
+        if rates:
+            assert all(0 <= r <= 1 for r in rates) and min(rates) <= row["success_rate"] <= max(rates)
+    one = [*TINY, "ppo.total_frames=1024"]
+    train_ppo(load_train_config("configs/symbolic_small.yaml", one), tmp_path / "one", progress=False, say=lambda _: None)
+    assert not [key for row in RunDir(tmp_path / "one").read_log() for key in row if key.startswith("success_rate_")]

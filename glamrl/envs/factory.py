@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,17 @@ class EpisodeResult:
 def known_env_ids() -> list[str]:
     """Every BabyAI level the text env can wrap (glamrl's and minigrid's)."""
     return sorted(i for i in gym.registry if i.startswith("BabyAI-") and not i.startswith(TEXT_PREFIX))
+
+
+def task_kinds(env_id: str, task: str | None = None) -> tuple[str, ...]:
+    """The task kinds that the episodes of level `env_id` (restricted to `task`) are drawn from, as
+    `EpisodeResult.task` names them: a Mixed level's kinds (go_to, pick_up, ...), one for any other level."""
+    spec = gym.spec(env_id.replace(TEXT_PREFIX, "BabyAI-", 1))
+    fixed = task or spec.kwargs.get("task")
+    if fixed is not None:
+        return (fixed,)
+    module, _, name = str(spec.entry_point).partition(":")
+    return tuple(getattr(getattr(importlib.import_module(module), name), "tasks", None) or (name,))
 
 
 def make_env(env_id: str, *, task: str | None = None, language: str = "en", faithful: bool = False,

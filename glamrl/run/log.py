@@ -17,7 +17,8 @@ import math
 import os
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from glamrl.errors import GlamrlError
 from glamrl.files import atomic_output, writing
 from glamrl.run.metrics import column_order, tag
 from glamrl.run.trackers import Tracker
+
+if TYPE_CHECKING:
+    from glamrl.envs.factory import EpisodeResult
 
 
 class LogNotFoundError(GlamrlError, FileNotFoundError):
@@ -185,19 +189,22 @@ def _number(cell: str, path: Path, line: int, column: str) -> float:
         raise LogFormatError(f"{path}:{line}: column {column!r} holds {cell[:40]!r}, not a number") from None
 
 
-def episode_stats(returns: list[float], lengths: list[int], successes: list[bool]) -> dict[str, float]:
-    """`success_rate`, `return_*` and `num_frames_*` over the episodes finished in one update.
+def episode_stats(finished: Sequence[EpisodeResult], per_task: bool = False) -> dict[str, float]:
+    """`success_rate`, `return_*` and `num_frames_*` over the episodes finished in one row; with `per_task` (a
+    level of several task kinds), also `success_rate_TASK` for each task kind among them.
 
     With no finished episode it returns {}: the columns stay empty in the CSV and absent
-    from TensorBoard, never NaN. `episodes` is not included: as in GLAM that column is
-    the run's cumulative count, which the trainer keeps.
+    from TensorBoard, never NaN; so does a task kind none of whose episodes ended. `episodes` is not
+    included: as in GLAM that column is the run's cumulative count, which the trainer keeps.
     """
-    if not (len(returns) == len(lengths) == len(successes)):
-        raise ValueError(f"episode_stats needs lists of equal length, got {len(returns)}, {len(lengths)}, {len(successes)}")
-    if not returns:
+    if not finished:
         return {}
-    stats = {"success_rate": float(np.mean(successes))}
-    for name, values in (("return", np.asarray(returns, float)), ("num_frames", np.asarray(lengths, float))):
+    stats = {"success_rate": float(np.mean([e.success for e in finished]))}
+    for name, values in (("return", np.array([e.episode_return for e in finished], float)),
+                         ("num_frames", np.array([e.episode_length for e in finished], float))):
         stats.update({f"{name}_mean": float(values.mean()), f"{name}_std": float(values.std()),
                       f"{name}_min": float(values.min()), f"{name}_max": float(values.max())})
+    if per_task:
+        for task in sorted({e.task for e in finished}):
+            stats[f"success_rate_{task}"] = float(np.mean([e.success for e in finished if e.task == task]))
     return stats

@@ -125,8 +125,7 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
         metrics = {
             "update": update, "frames": frames, "episodes": episodes,
             "FPS": row_steps * N / (time.time() - row_start), "duration": time.time() - start_time,
-            **episode_stats([e.episode_return for e in finished], [e.episode_length for e in finished],
-                            [e.success for e in finished]),
+            **episode_stats(finished, per_task=cfg.env.several_tasks),
             **{k: float(np.mean([st[k] for st in stats])) for k in (stats[0] if stats else ())},  # q_learning_step's
             "epsilon": agent.exploration.epsilon,
         }
