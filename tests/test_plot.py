@@ -78,12 +78,19 @@ def _drawn(monkeypatch) -> list:
     return figures
 
 
-def test_plot_command_draws_the_chosen_metrics_smoothed_and_labelled(tmp_path, monkeypatch):
+def _logged_run(tmp_path, rows) -> Path:
+    """A run directory whose log.csv holds `rows`."""
     run = tmp_path / "run"
     run.mkdir()
     with RunDir(run).open_log(tensorboard=False) as logger:
-        for update in range(1, 5):
-            logger.log({"update": update, "frames": 8 * update, "num_frames_mean": 2.0 * update, "my_probe": 1.0})
+        for row in rows:
+            logger.log(row)
+    return run
+
+
+def test_plot_command_draws_the_chosen_metrics_smoothed_and_labelled(tmp_path, monkeypatch):
+    run = _logged_run(tmp_path, [{"update": u, "frames": 8 * u, "num_frames_mean": 2.0 * u, "my_probe": 1.0}
+                                 for u in range(1, 5)])
     figures = _drawn(monkeypatch)
     assert main(["plot", str(run), "--metrics", "num_frames_mean,my_probe", "--smooth", "2",
                  "--out", str(tmp_path / "p.png")]) == 0
@@ -95,11 +102,8 @@ def test_plot_command_draws_the_chosen_metrics_smoothed_and_labelled(tmp_path, m
 
 
 def test_plot_command_draws_against_minutes_of_training(tmp_path, monkeypatch):
-    run = tmp_path / "run"
-    run.mkdir()
-    with RunDir(run).open_log(tensorboard=False) as logger:
-        for update in range(1, 4):
-            logger.log({"update": update, "frames": 8 * update, "duration": 30.0 * update, "success_rate": 0.5})
+    run = _logged_run(tmp_path, [{"update": u, "frames": 8 * u, "duration": 30.0 * u, "success_rate": 0.5}
+                                 for u in range(1, 4)])
     figures = _drawn(monkeypatch)
     assert main(["plot", str(run), "--metrics", "success_rate", "--x", "minutes", "--out", str(tmp_path / "p.png")]) == 0
     (ax,) = figures[0].axes

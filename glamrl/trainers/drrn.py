@@ -77,6 +77,7 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
     optimizer = torch.optim.Adam(network.parameters(), lr=d.lr)
     memory = ReplayMemory(d.replay_size, d.max_tokens)
     envs = cfg.env.make_vector_env()
+    per_task = cfg.env.several_tasks  # success_rate_TASK columns too
     agent: DRRNAgent = make_agent(cfg, network, envs)
 
     # ---- resume (network, optimizer, RNGs, target, replay memory); then record the config, evaluate, open the log
@@ -125,7 +126,7 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
         metrics = {
             "update": update, "frames": frames, "episodes": episodes,
             "FPS": row_steps * N / (time.time() - row_start), "duration": time.time() - start_time,
-            **episode_stats(finished, per_task=cfg.env.several_tasks),
+            **episode_stats(finished, per_task),
             **{k: float(np.mean([st[k] for st in stats])) for k in (stats[0] if stats else ())},  # q_learning_step's
             "epsilon": agent.exploration.epsilon,
         }

@@ -54,6 +54,7 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
 
     # ---- envs, model, optimizer, probes
     envs = cfg.env.make_vector_env()
+    per_task = cfg.env.several_tasks  # success_rate_TASK columns too
     policy = make_model(cfg, load_init=session.resumed is None)
     sharding.shard(policy, cfg.run.sharding)  # fsdp: before the optimizer, whose parameters become the ranks' shards
     params = [w for w in policy.parameters() if w.requires_grad]
@@ -160,7 +161,7 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
             "update": update, "frames": frames, "episodes": episodes,
             "FPS": frames_per_update / (collect_time + update_time), "duration": time.time() - start_time,
             "collect_FPS": frames_per_update / collect_time, "update_FPS": frames_per_update / update_time,
-            **episode_stats(finished, per_task=cfg.env.several_tasks),
+            **episode_stats(finished, per_task),
             **dict(zip(terms, losses.tolist())),
             "explained_variance": explained,
             **value_norm.metrics(),
