@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -114,11 +114,15 @@ def _start_seconds(pid: int) -> float | None:
 
 def remove_stale_temps(path: Path) -> None:
     """Delete the temporaries of `path` whose writer process is gone (killed in the middle of a write)."""
-    remove_stale_temps_in(path.parent, only_of=path.name)
+    remove_stale_temps_in(path.parent, only_of=(path.name,))
 
 
-def remove_stale_temps_in(directory: Path, only_of: str | None = None) -> None:
-    """Delete the temporaries in `directory` (of the output named `only_of`, or of any) whose writer is gone."""
+def remove_stale_temps_in(directory: Path, only_of: Collection[str] | None = None, locked: bool = False) -> None:
+    """Delete the temporaries in `directory` (of the outputs named in `only_of`, or of any) whose writer is gone.
+
+    `locked`: the caller holds the lock that every writer of these outputs holds while it writes (a run
+    directory's, for its own files), so each temporary there is a killed writer's, whatever /proc says of its PID.
+    """
     if not directory.is_dir():
         return
     for entry in directory.iterdir():
@@ -126,10 +130,10 @@ def remove_stale_temps_in(directory: Path, only_of: str | None = None) -> None:
         if not name.startswith("."):
             continue
         final = name[1:].rsplit(".", 1)[0]  # ".NAME.KIND-PID-NS" -> "NAME"
-        if (only_of is not None and final != only_of) or not is_temp_of(name, final):
+        if (only_of is not None and final not in only_of) or not is_temp_of(name, final):
             continue
         pid, wrote_ns = name.rsplit("-", 2)[-2:]
-        if pid.isdigit() and wrote_ns.isdigit() and not writer_alive(int(pid), int(wrote_ns)):
+        if pid.isdigit() and wrote_ns.isdigit() and (locked or not writer_alive(int(pid), int(wrote_ns))):
             remove(entry)
 
 

@@ -185,15 +185,18 @@ def test_one_schema_reads_the_checkpoints_every_loop_wrote(tmp_path):
 
 
 def test_locking_a_run_removes_the_temporaries_its_killed_writers_left(tmp_path):
-    """A writer killed inside its last checkpoint write leaves a temporary no later save would replace."""
+    """A writer killed inside its last checkpoint write leaves a temporary no later save would replace. Only the
+    lock's holder writes the run's data, so the lock removes each of its temporaries even where /proc shows a live
+    process of that PID (a PID reused, or a clock /proc reads differently); another output's keeps its live writer's."""
     run = RunDir(tmp_path / "run")
     save_checkpoint(*_files(run), _trained_state())
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead_pid = int(dead.stdout)
+    dead_pid, now = int(dead.stdout), time.time_ns()
     left = [run.checkpoints / f".backup.pt.tmp-{dead_pid}-1", run.path / f".log.csv.tmp-{dead_pid}-2",
             run.checkpoints / f".last.pt.tmp-{dead_pid}-3",
-            run.checkpoints / f".last.pt.tmp-{os.getpid()}-4"]  # a PID reused: this process began after it (1970)
-    live = run.checkpoints / f".last.pt.tmp-{os.getpid()}-{time.time_ns()}"  # a writer still running keeps its own
+            run.checkpoints / f".last.pt.tmp-{os.getpid()}-{now}",  # a live PID: not a holder, so a killed one's
+            run.path / f".config.yaml.tmp-{os.getpid()}-{now}", run.path / f".eval.json.tmp-{dead_pid}-4"]
+    live = run.path / f".eval.json.tmp-{os.getpid()}-{now}"  # `glamrl eval --out RUN/eval.json`, still running
     for path in [*left, live]:
         path.write_bytes(b"partial")
     with run.lock():

@@ -251,7 +251,8 @@ def test_outputs_past_a_file_size_limit_are_one_line_and_leave_no_partial_file(t
 def test_a_killed_exports_temporaries_are_removed_by_the_next_one(trained, tmp_path):
     gone = subprocess.Popen(["true"])
     gone.wait()  # a writer killed mid-export: its PID is no longer alive
-    stale = [tmp_path / f".exp.tmp-{gone.pid}-1", tmp_path / f".exp.old-{gone.pid}-2"]
+    stale = [tmp_path / f".exp.tmp-{gone.pid}-1", tmp_path / f".exp.old-{gone.pid}-2",
+             tmp_path / f".exp.tmp-{os.getpid()}-3"]  # a PID reused: this process began after it (1970)
     for folder in stale:
         folder.mkdir()
         (folder / "model.safetensors").write_bytes(b"x" * 1000)

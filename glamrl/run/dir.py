@@ -31,7 +31,8 @@ dies, so a `kill -9` never leaves a stale lock behind. One place takes it, for a
 (`glamrl.trainers.common.train_run_dir`, which also decides about resuming): taking it again in the same process
 is a `RunDirError`, as from another process. Readers (`glamrl eval --run`, `glamrl export`) take no lock. A
 start that fails before its config.yaml is written removes the lock file (and the directory) it created.
-Taking the lock removes the temporaries that killed writers left in the run directory and its checkpoints/.
+Taking the lock removes every temporary of the run's data (`RUN_DATA`, checkpoints/ included): only a holder writes
+it, so each one there is a killed holder's; other outputs' temporaries go once /proc says their writer is gone.
 
 This module imports neither torch nor numpy (commands that only check paths import it): `RunDir`'s
 checkpoint and log methods import `glamrl.run.checkpoint` and `glamrl.run.log` when called, and pass them its
@@ -242,8 +243,10 @@ class RunDir:
                                   f"wait for it to finish or use another --run-dir") from None
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            for folder in (self.path, self.checkpoints):  # a killed holder's last write may have no successor
-                remove_stale_temps_in(folder)
+            # a killed writer's last temporary may have no successor; only a holder writes the run's data
+            remove_stale_temps_in(self.path)
+            remove_stale_temps_in(self.path, only_of=RUN_DATA, locked=True)
+            remove_stale_temps_in(self.checkpoints, locked=True)
             yield
         finally:
             if created_lock and self.path.is_dir() and not self.is_run:  # a start that failed: leave no trace
