@@ -454,7 +454,7 @@ def train_run(args: argparse.Namespace, cfg: TrainConfig | None = None) -> Path:
     result = train_run_dir(run, cfg, args.overrides, overwrite=args.overwrite, progress=not args.no_progress)
     if not distributed.current().is_main:
         return run.path
-    print(f"trained {result.log_rows} updates, {result.frames} frames; logs, checkpoints and {run.curves.name} "
+    print(f"trained {result.log_rows} {result.row}s, {result.frames} frames; logs, checkpoints and {run.curves.name} "
           f"in {run}")
     if result.success_before is not None and result.success_after is not None:
         print(f"success rate: {result.success_before:.3f} before -> {result.success_after:.3f} after")

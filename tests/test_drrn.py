@@ -132,7 +132,8 @@ def test_drrn_resume_continues_with_its_replay_memory(tmp_path):
                           "config", "target", "replay", "grad_steps"}  # the keys DRRN's checkpoints have always had
     result = train_drrn(load_train_config(None, [*short, "drrn.total_frames=320"]), run, resume=True,
                         progress=False, say=lambda _: None)
-    assert result.log_rows == 2 and RunDir(run).load_checkpoint().extra["replay"]["size"] == 320
+    assert result.log_rows == 2 and result.row == "log row"  # "trained 2 log rows", not "2 updates"
+    assert RunDir(run).load_checkpoint().extra["replay"]["size"] == 320
     assert [r["update"] for r in RunDir(run).read_log()] == [1, 2]
 
 

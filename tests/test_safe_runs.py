@@ -90,7 +90,7 @@ def test_the_loop_trains_under_the_one_lock_that_decided_about_resuming(tmp_path
         with pytest.raises(RunDirError, match="already locked"), RunDir(run_dir).lock():
             pass
         seen.append(resume)
-        return TrainResult(run_dir, 0, 0, None, None)
+        return TrainResult(run_dir, 0, "update", 0, None, None)
 
     train_run_dir(run, load_train_config(None, TINY), loop=loop)
     assert seen == [False]

@@ -92,7 +92,7 @@ class Trainer:
     name: str
     """what a checkpoint records as its `trainer`, and what `AgentKind.trainers` names."""
     row: str
-    """what one row of its log is, in words (update, row)."""
+    """what one row of its log is, in words (update, log row)."""
     sections: tuple[str, ...]
     """its own config sections, besides `SHARED_SECTIONS` and the kind's `section`."""
     run_fields: tuple[str, ...]
@@ -220,11 +220,11 @@ def check_trains(kind: str, loop: str) -> AgentKind:
 # ------------------------------------------------------------------------------------------- the table
 register_trainer(Trainer("ppo", row="update", sections=("ppo",), run_fields=LOOP_RUN_FIELDS,
                          frames_field="ppo.total_frames", loop="glamrl.trainers.ppo:train_ppo"))
-register_trainer(Trainer("drrn", row="row", sections=("drrn",),
+register_trainer(Trainer("drrn", row="log row", sections=("drrn",),
                          run_fields=("checkpoint_every", "max_minutes", "stop_at_success"),
                          frames_field="drrn.total_frames", loop="glamrl.trainers.drrn:train_drrn"))
 # behavioural cloning checkpoints at each log row (bc.log_every) and plays no episodes to stop at a success rate
-register_trainer(Trainer("bc", row="row", sections=("bc",), run_fields=("max_minutes",)))
+register_trainer(Trainer("bc", row="log row", sections=("bc",), run_fields=("max_minutes",)))
 
 register(AgentKind("llm", agent="glamrl.agents.llm:build_agent", model="glamrl.agents.llm:build_model",
                    trainers=("ppo", "bc"), section="model", zero_shot=True))

@@ -58,6 +58,8 @@ class TrainResult:
     run_dir: Path
     log_rows: int
     """rows of the run's log.csv (`Progress.log_rows`): PPO updates, DRRN rows, BC rows of `bc.log_every` steps."""
+    row: str
+    """what one of those rows is, in words (`Trainer.row`: update, log row)."""
     frames: int
     success_before: float | None
     success_after: float | None
@@ -168,7 +170,7 @@ class Session:
             from glamrl.eval.plot import plot_runs
 
             self.logger.close(plot_runs([self.run.path], self.run.curves, metrics=curves))
-        return TrainResult(self.run.path, log_rows, frames, success_before,
+        return TrainResult(self.run.path, log_rows, trainer(self.trainer).row, frames, success_before,
                            report_success(self.cfg, model, when, self.say,
                                           self._saver("eval_after.json", Progress(log_rows, frames))))
 
