@@ -51,6 +51,10 @@ class ExperimentError(ConfigError):
     """A run of the experiment failed."""
 
 
+TARGET_EPISODES = 32
+"""Training episodes a success rate is measured over before `time_to_target` counts it (`Experiment.target_episodes`)."""
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One entry of the experiment's `runs` (its key is the run's name)."""
@@ -102,7 +106,11 @@ class Experiment:
     env: str | None = None
     """the level of every run (env.id); null: each config's own."""
     target: float = 0.9
-    """the success rate the table measures the time to."""
+    """the success rate the table measures the time to: over the training episodes that ended in a log row and
+    the rows just before it, target_episodes of them or more."""
+    target_episodes: int = TARGET_EPISODES
+    """how many training episodes, at least, the success rate that reaches target is measured over (one early
+    row ends a few short episodes, mostly successes)."""
 
     def __post_init__(self) -> None:
         if not self.runs:
@@ -121,6 +129,8 @@ class Experiment:
                 raise ConfigError(f"{key} must be a positive number or null, got {getattr(self, key)}")
         if not 0 < self.target <= 1:
             raise ConfigError(f"target must be a success rate in (0, 1], got {self.target}")
+        if self.target_episodes < 1:
+            raise ConfigError(f"target_episodes must be a positive number of episodes, got {self.target_episodes}")
 
     @property
     def tasks(self) -> list[tuple[RunSpec, int]]:
@@ -300,10 +310,22 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=$SLURM_CPUS_PER_T
 
 
 # -------------------------------------------------------------------------------- report
-def time_to_target(rows: list[dict[str, float]], target: float) -> tuple[float, float] | None:
-    """(frames, minutes) at the first log row whose training episodes reached `target` success; None if none did."""
+def time_to_target(rows: list[dict[str, float]], target: float,
+                   episodes: int = TARGET_EPISODES) -> tuple[float, float] | None:
+    """(frames, minutes) at the first log row where the training episodes that ended in it and in the rows just
+    before it, `episodes` of them or more, reached `target` success; None if none did. One row's rate is not
+    enough: an early row ends few episodes, and the short ones first, which are the successes."""
+    window: list[tuple[float, float]] = []  # (episodes ended, successes) of the latest rows that ended any
+    before = 0.0
     for row in rows:
-        if row.get("success_rate", math.nan) >= target:
+        ended, before = row.get("episodes", before) - before, row.get("episodes", before)  # the column is cumulative
+        rate = row.get("success_rate", math.nan)
+        if ended > 0 and math.isfinite(rate):
+            window.append((ended, rate * ended))
+        while len(window) > 1 and sum(n for n, _ in window[1:]) >= episodes:
+            window.pop(0)
+        seen = sum(n for n, _ in window)
+        if seen >= episodes and sum(s for _, s in window) / seen >= target:
             return row["frames"], row["duration"] / 60
     return None
 
@@ -366,7 +388,7 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
 
     for spec, group in trained:
         logs = [RunDir(d).read_log() for d in group]
-        reached = [time_to_target(rows, experiment.target) for rows in logs]
+        reached = [time_to_target(rows, experiment.target, experiment.target_episodes) for rows in logs]
         hits = [r for r in reached if r is not None]
         # the last row that finished episodes (an empty success_rate cell, NaN: none ended in that row)
         last = [next((r for r in reversed(rows) if math.isfinite(r.get("success_rate", math.nan))), {})

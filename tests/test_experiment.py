@@ -2,6 +2,7 @@
 a report of curves and times to the target, and a SLURM array of the same runs."""
 
 import hashlib
+import math
 import shlex
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import sys
 import pytest
 
 from glamrl.cli import main
+from glamrl.experiment import time_to_target
 from glamrl.run.dir import RunDir
 
 TINY = """run:
@@ -225,3 +227,18 @@ def test_sbatch_quotes_paths_and_creates_its_log_folder(tmp_path, capsys):
     assert f"experiment {shlex.quote(str(exp))} --task" in text and f"#   sbatch {shlex.quote(str(script))}" in text
     assert logs.is_dir() and sorted(p.name for p in (folder / "my out").iterdir()) == ["slurm"]
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+
+def test_time_to_target_counts_a_rate_only_over_enough_episodes():
+    """An early row ends a few short episodes, mostly successes: they alone must not read as reaching the target."""
+    def row(update, episodes, success):  # `episodes` is the log's cumulative count
+        return {"update": update, "frames": 256 * update, "duration": 60.0 * update, "episodes": episodes,
+                "success_rate": success}
+
+    rows = [row(1, 2, 1.0), row(2, 3, 1.0), row(3, 18, 0.2), row(4, 22, 1.0), row(5, 24, math.nan),
+            row(6, 44, 0.95), row(7, 64, 0.95), row(8, 84, 0.6)]
+    # by hand, the fewest latest rows with 32 episodes or more: at row 6, rows 3, 4 and 6 (15 + 4 + 20 = 39
+    # episodes, 3 + 4 + 19 = 26 successes: 0.67); at row 7, rows 6 and 7 (40 episodes, 38 successes: 0.95)
+    assert time_to_target(rows, 0.9) == (256 * 7, 7.0)
+    assert time_to_target(rows, 0.9, episodes=1) == (256, 1.0)  # the old rule: any one row
+    assert time_to_target(rows, 0.99) is None and time_to_target(rows[:6], 0.9) is None
