@@ -485,7 +485,8 @@ def cmd_plot(args: argparse.Namespace) -> None:
         for run, out in zip(args.runs, outs):
             print(plot_probes(run, out))
         return
-    print(plot_runs(args.runs, args.out, x=args.x or "frames", metrics=args.metrics or DEFAULT_METRICS, smooth=args.smooth or 1))
+    print(plot_runs(args.runs, args.out, x=args.x or "frames", metrics=args.metrics or DEFAULT_METRICS,
+                    smooth=args.smooth or 1))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,7 +52,7 @@ class ExperimentError(ConfigError):
 
 
 TARGET_EPISODES = 32
-"""Training episodes a success rate is measured over before `time_to_target` counts it (`Experiment.target_episodes`)."""
+"""Training episodes, at least, that `time_to_target` measures a success rate over (`Experiment.target_episodes`)."""
 
 
 @dataclass(frozen=True)
@@ -318,7 +318,8 @@ def time_to_target(rows: list[dict[str, float]], target: float,
     window: list[tuple[float, float]] = []  # (episodes ended, successes) of the latest rows that ended any
     before = 0.0
     for row in rows:
-        ended, before = row.get("episodes", before) - before, row.get("episodes", before)  # the column is cumulative
+        total = row.get("episodes", before)  # the column is cumulative
+        ended, before = total - before, total
         rate = row.get("success_rate", math.nan)
         if ended > 0 and math.isfinite(rate):
             window.append((ended, rate * ended))

@@ -105,7 +105,8 @@ def test_plot_command_draws_against_minutes_of_training(tmp_path, monkeypatch):
     run = _logged_run(tmp_path, [{"update": u, "frames": 8 * u, "duration": 30.0 * u, "success_rate": 0.5}
                                  for u in range(1, 4)])
     figures = _drawn(monkeypatch)
-    assert main(["plot", str(run), "--metrics", "success_rate", "--x", "minutes", "--out", str(tmp_path / "p.png")]) == 0
+    assert main(["plot", str(run), "--metrics", "success_rate", "--x", "minutes",
+                 "--out", str(tmp_path / "p.png")]) == 0
     (ax,) = figures[0].axes
     assert ax.get_xlabel() == "wall-clock minutes" and list(ax.get_lines()[0].get_xdata()) == [0.5, 1.0, 1.5]
 

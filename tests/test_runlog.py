@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from glamrl.run.dir import RunDir
 from glamrl.envs.factory import EpisodeResult
+from glamrl.run.dir import RunDir
 from glamrl.run.log import LogNotFoundError, episode_stats
 from glamrl.run.metrics import LOG_METRICS, column_order, label, tag
 

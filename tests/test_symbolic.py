@@ -325,5 +325,6 @@ def test_a_mixed_level_logs_each_task_kinds_success(tmp_path):
         if rates:
             assert all(0 <= r <= 1 for r in rates) and min(rates) <= row["success_rate"] <= max(rates)
     one = [*TINY, "ppo.total_frames=1024"]
-    train_ppo(load_train_config("configs/symbolic_small.yaml", one), tmp_path / "one", progress=False, say=lambda _: None)
+    train_ppo(load_train_config("configs/symbolic_small.yaml", one), tmp_path / "one", progress=False,
+              say=lambda _: None)
     assert not [key for row in RunDir(tmp_path / "one").read_log() for key in row if key.startswith("success_rate_")]

@@ -15,9 +15,9 @@ from __future__ import annotations
 import csv
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
