@@ -7,8 +7,10 @@ GLAM's configuration: SmolLM2-135M (`smollm2-135m`), BabyAI-MixedTrainLocal-v0, 
 frames per update, 4 epochs, minibatch 4, 3 observations (configs/glam_paper_smollm2.yaml with
 overrides). Variants: auto, fp32 and bf16 compute (`model.compute_dtype`, fp32 weights), each with
 full fine-tuning and with `model.train_layers=4`. Every variant runs `glamrl.trainers.ppo.train_ppo` in
-its own subprocess, so that its peak RSS is its own. GLAM's original code (lamorel), same model,
-config and machine kind: 0.041 frames/s, 10.4 GB. `auto` rows resolve model.compute_dtype on the machine
+its own subprocess, so that its peak RSS is its own; the last column is that peak after update 2 and after
+the last update (log.csv's `peak_rss_gb`), which a run whose memory grows shows. GLAM's original code
+(lamorel), same model and config, was measured once beside glamrl (GLAM_MEASURED below); this script does
+not run it. `auto` rows resolve model.compute_dtype on the machine
 at hand (bf16 with AMX or AVX-512 BF16, else fp32: the dtype column says which); full fine-tuning
 checkpoints activations by default (model.gradient_checkpointing=auto, the ckpt column). `compiled` variants
 set model.compile=true (each block through torch.compile): their first update compiles, so the `update 1 s`
@@ -39,6 +41,11 @@ shown as a fraction of a 2048^2 matmul's FLOP/s measured in the same process in 
 10 before training and 10 after: on a VM one measurement varies by 15% from process to process).
 With activation checkpointing the update also recomputes the trained blocks' forward, E F more per
 frame: `fraction` counts useful FLOPs only, `executed` counts the recomputation too.
+
+What bounds the fraction: `attn` is the attention products' share of those FLOPs, `SDPA` the GFLOP/s of
+scaled_dot_product_attention's forward and backward at the mean prompt's length under a causal mask (counted
+dense, as above), measured in the same process; `ceiling` is the fraction the variant would reach if every
+other FLOP ran at the matmul rate and attention at SDPA's, with nothing else taking time.
 The machine may be shared: figures taken while other processes ran are lower bounds.
 """
 
@@ -57,10 +64,13 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+GLAM_FPS, GLAM_RSS_GB = 0.0711, 9.75
+GLAM_MEASURED = "on 2026-12-01 on a 2-core AMD EPYC (Zen 5, AVX-512 BF16), GLAM's update 2"
 GLAM = ["env.num_envs=2", "ppo.num_steps=8", "ppo.epochs=4", "ppo.minibatch_size=4", "prompt.nbr_obs=3",
         "run.eval_episodes=0", "run.tensorboard=false", "model.device=cpu"]
 VARIANTS = {  # model.gradient_checkpointing=auto: on for full fine-tuning, off with train_layers
-    "defaults": [],  # model.compute_dtype=auto, model.compile=auto
+    "defaults": [],  # model.compute_dtype=auto, model.compile=auto, run.reuse_memory=true
+    "defaults, glibc's thresholds": ["run.reuse_memory=false"],
     "auto full": ["model.compute_dtype=auto", "model.compile=false"],
     "auto train_layers=4": ["model.compute_dtype=auto", "model.train_layers=4", "model.compile=false"],
     "fp32 full": ["model.compute_dtype=float32", "model.compile=false"],
@@ -89,6 +99,25 @@ def _timed(fn) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def sdpa_flops(dtype: torch.dtype, S: int, heads: int, head_dim: int, batch: int = 4, repeats: int = 5) -> float:
+    """FLOP/s of scaled_dot_product_attention's forward and backward at S tokens under a causal bool mask (the
+    scorer's kind of mask), counted dense as `causal_flops` counts it: 3 x 4 S^2 d per sequence."""
+    q, k, v = (torch.randn(batch, heads, S, head_dim, dtype=dtype, requires_grad=True) for _ in range(3))
+    mask = torch.ones(S, S, dtype=torch.bool).tril().expand(batch, 1, S, S)
+
+    def step() -> None:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum().backward()
+
+    step()
+    best = min(_timed(step) for _ in range(repeats))
+    return 3 * 4 * batch * heads * S * S * head_dim / best
+
+
+def attention_flops(config, P: float, T: int, layers: int) -> float:
+    """The attention products' share of `causal_flops` (scores and values, every pair counted)."""
+    return 4 * layers * config.hidden_size * (P + T) ** 2
 
 
 def causal_flops(config, P: float, T: int, layers: int) -> float:
@@ -122,6 +151,7 @@ def run_variant(name: str, updates: int, model: str) -> dict:
         peak = max(peak, matmul_flops(dtype))  # the VM's clock varies: the best of before and after training
         rows = RunDir(Path(tmp) / "run").read_log()
         first_update_s = float(rows[0]["duration"])  # with model.compile, mostly compilation
+        peaks = [float(r["peak_rss_gb"]) for r in rows]  # the process's peak RSS so far, after each update
         rows = rows[1:] or rows  # update 1 warms up (kept when it is the only one)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     loaded = load_model(cfg.model)
@@ -132,14 +162,23 @@ def run_variant(name: str, updates: int, model: str) -> dict:
     collect_flops = causal_flops(loaded.model.config, P, T, L)
     update_flops = 3 * cfg.ppo.epochs * causal_flops(loaded.model.config, P, T, K)
     recompute_flops = update_flops / 3 if checkpointing else 0.0  # one more forward of the trained blocks
+    attention = attention_flops(loaded.model.config, P, T, L) + 3 * cfg.ppo.epochs * attention_flops(
+        loaded.model.config, P, T, K)
+    heads = loaded.model.config.num_attention_heads
+    attention_rate = sdpa_flops(dtype, int(P + T), heads, loaded.model.config.hidden_size // heads)
+    # the fraction reachable if every FLOP but attention's ran at the matmul rate and attention at SDPA's
+    seconds = (collect_flops + update_flops - attention) / peak + attention / attention_rate  # per frame, at best
+    ceiling = (collect_flops + update_flops) / seconds / peak
     mean = {k: float(np.mean([float(r[k]) for r in rows])) for k in ("collect_FPS", "update_FPS", "FPS")}
     achieved = (collect_flops + update_flops) * mean["FPS"]
     executed = (collect_flops + update_flops + recompute_flops) * mean["FPS"]
     return {"variant": name, "dtype": str(dtype).removeprefix("torch."), "checkpointing": checkpointing, **mean,
             "first_update_s": first_update_s,
-            "rss_gb": rss / 1e9, "prompt_tokens": P, "action_tokens": T,
+            "rss_gb": rss / 1e9, "rss_after_gb": peaks, "prompt_tokens": P, "action_tokens": T,
             "gflop_per_frame": (collect_flops + update_flops) / 1e9, "achieved_gflops": achieved / 1e9,
-            "matmul_gflops": peak / 1e9, "fraction": achieved / peak, "executed_fraction": executed / peak}
+            "matmul_gflops": peak / 1e9, "fraction": achieved / peak, "executed_fraction": executed / peak,
+            "attention_share": attention / (collect_flops + update_flops), "sdpa_gflops": attention_rate / 1e9,
+            "ceiling": ceiling}
 
 
 def main() -> None:
@@ -158,7 +197,7 @@ def main() -> None:
           f"steady state = updates 2..{updates}")
     print(f"{'variant':<28}{'dtype':>9}{'ckpt':>6}{'collect f/s':>12}{'update f/s':>11}{'overall f/s':>12}"
           f"{'peak RSS':>10}{'GFLOP/frame':>12}{'GFLOP/s':>9}{'matmul':>8}{'fraction':>9}{'executed':>9}"
-          f"{'update 1 s':>11}")
+          f"{'update 1 s':>11}{'peak after update 2, ' + str(updates):>26}{'attn':>6}{'SDPA':>6}{'ceiling':>8}")
     for name in args.variants:
         done = subprocess.run([sys.executable, "-m", "benchmarks.glam_config", "--child", name, "--updates", str(updates),
                                "--model", args.model], capture_output=True, text=True, cwd=ROOT)
@@ -169,8 +208,17 @@ def main() -> None:
         print(f"{name:<28}{r['dtype']:>9}{'yes' if r['checkpointing'] else 'no':>6}{r['collect_FPS']:>12.3f}"
               f"{r['update_FPS']:>11.3f}{r['FPS']:>12.3f}{r['rss_gb']:>8.2f}GB{r['gflop_per_frame']:>12.0f}"
               f"{r['achieved_gflops']:>9.1f}{r['matmul_gflops']:>8.0f}{r['fraction']:>9.2f}"
-              f"{r['executed_fraction']:>9.2f}{r['first_update_s']:>11.0f}", flush=True)
-    print("GLAM's original code (lamorel), same model/config/machine kind: 0.041 frames/s, 10.4 GB")
+              f"{r['executed_fraction']:>9.2f}{r['first_update_s']:>11.0f}{_after(r['rss_after_gb']):>26}"
+              f"{r['attention_share']:>6.0%}{r['sdpa_gflops']:>6.0f}{r['ceiling']:>8.2f}", flush=True)
+    print(f"GLAM's original code (lamorel), the same model and config: {GLAM_FPS} frames/s, {GLAM_RSS_GB} GB peak RSS, "
+          f"measured {GLAM_MEASURED}; a ratio against it holds on that CPU only")
+
+
+def _after(peaks: list[float]) -> str:
+    """The peak RSS after update 2 and after the last, and the change between them."""
+    if len(peaks) < 3:
+        return "-"
+    return f"{peaks[1]:.2f} -> {peaks[-1]:.2f} GB ({peaks[-1] / peaks[1] - 1:+.1%})"
 
 
 if __name__ == "__main__":

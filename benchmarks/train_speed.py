@@ -23,9 +23,9 @@ from glamrl.prompts import PromptHistory
 from glamrl.rl.ppo import ppo_loss
 
 
-def real_prompts(count: int, nbr_obs: int = 3, seed: int = 0) -> list[str]:
-    """Prompts of random-action episodes on MixedTrainLocal, taken once the history is full."""
-    envs = make_vector_env("BabyAI-MixedTrainLocal-v0", 4)
+def real_prompts(count: int, nbr_obs: int = 3, seed: int = 0, level: str = "BabyAI-MixedTrainLocal-v0") -> list[str]:
+    """Prompts of random-action episodes on `level`, taken once the history is full."""
+    envs = make_vector_env(level, 4)
     rng = np.random.default_rng(seed)
     histories = [PromptHistory(nbr_obs) for _ in range(4)]
     obs, _ = envs.reset(seed=seed)

@@ -39,9 +39,10 @@ def rss(tag: str) -> None:
 def glam_update(model: str, overrides: list[str], say=lambda tag: None) -> tuple:
     """GLAM's configuration as the update sees it: (cfg, policy, trainable params, fused Adam, a Batch of 16 real
     prompts collected under inference mode, with random actions and targets). fp32 unless overridden."""
-    cfg = load_train_config(ROOT / "configs" / "glam_paper_smollm2.yaml",
-                            [f"model.name={model}", *GLAM, "model.compute_dtype=float32", "model.compile=false",
-                             *overrides])
+    given = {o.split("=", 1)[0] for o in overrides}
+    defaults = [o for o in (f"model.name={model}", *GLAM, "model.compute_dtype=float32", "model.compile=false")
+                if o.split("=", 1)[0] not in given]  # an override replaces the benchmark's own setting
+    cfg = load_train_config(ROOT / "configs" / "glam_paper_smollm2.yaml", [*defaults, *overrides])
     torch.manual_seed(cfg.env.seed)
     policy = LLMPolicy(cfg.model)
     print(", ".join(f"{key}={r.value}" for key, r in policy.resolved.items()))

@@ -512,6 +512,11 @@ class RunConfig:
     past this many minutes of the run's training time, summed over every invocation (the checkpoint's
     `duration`, the log's `duration` column): a resumed run that used it up trains no further; raise it to go
     on. None: train up to the total frames."""
+    reuse_memory: bool = True
+    """keep the large blocks a minibatch frees for the next one (glamrl/memory.py: glibc's mmap threshold raised
+    to 512 MiB and its trim threshold to 2 GiB, for the whole training process), instead of mapping them afresh
+    and page-faulting them in at every minibatch; false: glibc's own thresholds, which give memory back sooner at
+    a cost in speed (docs/results.md). No effect where the C library is not glibc."""
     stop_at_success: float | None = None
     """PPO and DRRN: stop cleanly after the first log row whose training episodes (all ranks together) reach
     this success rate (benchmarks/time_to_ground.py); BC, which plays no episodes, refuses it. None: train up to

@@ -131,3 +131,19 @@ def test_entries_outlive_their_rollout_within_the_budget_least_recently_used_out
         trunk.budget_bytes = 0  # model.trunk_cache_mb=0: the next rollout starts empty
         with policy.collecting():
             assert len(trunk) == 0
+
+
+def test_collection_metrics_count_the_last_collections_hits_and_the_cache_size():
+    policy = _policy("tiny-llama")
+    assert policy.collection_metrics() == {}  # nothing collected yet
+    with torch.inference_mode():
+        with policy.collecting():
+            policy(PROMPTS[:2], ACTION_NAMES)  # two misses
+        first = policy.collection_metrics()
+        policy(PROMPTS, ACTION_NAMES)  # outside a collection: not counted
+        with policy.collecting():
+            policy(PROMPTS[1:], ACTION_NAMES)  # PROMPTS[1] hits, PROMPTS[2] misses
+        second = policy.collection_metrics()
+    assert first["trunk_hit_rate"] == 0.0 and second["trunk_hit_rate"] == 0.5
+    assert 0 < first["trunk_cache_mb"] < second["trunk_cache_mb"] == policy.trunk.nbytes / 2**20
+    assert LLMPolicy(ModelConfig(name="tiny-llama", device="cpu")).collection_metrics() == {}  # no trunk

@@ -72,6 +72,10 @@ class Trainable(Protocol):
         """The block in which a rollout is collected (the LLM's frozen trunk keeps its outputs there)."""
         ...
 
+    def collection_metrics(self) -> dict[str, float]:
+        """What the last `collecting()` block measured, for PPO's log row (the LLM's trunk cache)."""
+        ...
+
 
 class ActorCriticNetwork(Trainable, Protocol):
     """A network PPO trains (LLMPolicy, ACModel): its value head can take its own learning rate."""
@@ -93,3 +97,6 @@ class WholeNetwork(nn.Module):
 
     def collecting(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
+
+    def collection_metrics(self) -> dict[str, float]:
+        return {}

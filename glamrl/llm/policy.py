@@ -85,6 +85,7 @@ class LLMPolicy(nn.Module):
             if config.train_layers else None
         self.llm = apply_lora(loaded.model, config, trained_blocks) if config.lora else loaded.model
         self.compiled_blocks = compile_blocks(self.llm) if compiling else None  # its report: the compile time
+        self._collected: tuple[int, int] | None = None  # (hits, misses) of the trunk cache in the last collection
         self.trunk = FrozenTrunk(loaded.model, loaded.is_seq2seq, trained_blocks[0], DTYPES[config.cache_dtype],
                                  budget_bytes=config.trunk_cache_mb * 2**20) if trained_blocks else None
         self.scorer = ActionScorer(base_model(self.llm), loaded.tokenizer, loaded.is_seq2seq,
@@ -170,8 +171,19 @@ class LLMPolicy(nn.Module):
             yield
             return
         self.trunk.shrink()  # older rollouts' entries, within model.trunk_cache_mb
+        hits, misses = self.trunk.hits, self.trunk.misses
         with self.trunk.record():
             yield
+        self._collected = (self.trunk.hits - hits, self.trunk.misses - misses)
+
+    def collection_metrics(self) -> dict[str, float]:
+        """With `train_layers`, the last collection's frozen-trunk figures for the log: `trunk_hit_rate`, the share of
+        its prompts whose lower blocks' output came from the cache, and `trunk_cache_mb`, the cache's size after it;
+        nothing without a trunk."""
+        if self.trunk is None or self._collected is None:
+            return {}
+        hits, misses = self._collected
+        return {"trunk_hit_rate": hits / max(hits + misses, 1), "trunk_cache_mb": self.trunk.nbytes / 2**20}
 
     # ------------------------------------------------------------------- checkpoints
     def trainable_state_dict(self) -> dict[str, Tensor]:

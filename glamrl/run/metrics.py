@@ -69,8 +69,19 @@ LOG_METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("explained_variance", "losses", "explained variance", "PPO: how much of the returns' variance the "
                                                                  "values explain (1: all, 0: none; nan with "
                                                                  "`ppo.advantage=batch_baseline`)"),
+    Metric("rss_gb", "charts", "resident memory (GB)", "the training process's resident set at the row's end, in GB "
+                                                        "(rank 0; VmRSS)"),
+    Metric("peak_rss_gb", "charts", "peak resident memory (GB)", "the most the training process's resident set has "
+                                                                  "been so far, in GB (rank 0; VmHWM)"),
     Metric("collect_FPS", "charts", "collection frames per second", "PPO: frames per second while collecting"),
     Metric("update_FPS", "charts", "update frames per second", "PPO: frames per second while optimising"),
+    Metric("trunk_hit_rate", "charts", "trunk cache hit rate", "PPO with `model.train_layers`: share of the "
+                                                               "collection's prompts whose frozen lower blocks' "
+                                                               "output came from the cache (seen in an earlier "
+                                                               "rollout or earlier in this one)"),
+    Metric("trunk_cache_mb", "charts", "trunk cache (MiB)", "PPO with `model.train_layers`: the cache's size after "
+                                                            "the collection (at most `model.trunk_cache_mb`, plus "
+                                                            "the rollout's own entries)"),
     Metric("first_ratio_dev", "losses", "first minibatch max |ratio - 1|",
            "PPO: max |ratio - 1| on the update's first minibatch, 0 up to rounding when collection and update "
            "compute alike"),

@@ -40,8 +40,9 @@ import torch
 from glamrl.agents.factory import make_agent
 from glamrl.agents.registry import (LOOP_RUN_FIELDS, SHARED_SECTIONS, AgentKindError, agent_kind, check_trains, load,
                                     trainer)
-from glamrl.config import ConfigError, TrainConfig, changed_fields, flatten, load_yaml
+from glamrl.config import ConfigError, Resolved, TrainConfig, changed_fields, flatten, load_yaml
 from glamrl.errors import GlamrlError
+from glamrl.memory import peak_rss_gb, reuse_freed_memory, rss_gb
 from glamrl.parallel import distributed, sharding
 from glamrl.rollout import eval_seed, run_episodes, summarize
 from glamrl.run import checkpoint
@@ -83,6 +84,8 @@ class Session:
     """prints on rank 0, silent on the other ranks."""
     progress: bool
     """whether to draw a progress bar (rank 0 only)."""
+    resolved: dict[str, Resolved]
+    """what the session's own settings became on this machine (run.reuse_memory), recorded with the model's."""
     logger: RunLogger | None = None
     """the run's log, from `begin` (rank 0 only)."""
     compiled_blocks: CompiledBlocks | None = None
@@ -132,7 +135,7 @@ class Session:
             done = self.resumed.progress
             self.say(f"resuming {self.run} after {trainer(self.trainer).row} {done.log_rows} ({done.frames} frames)")
         if self.is_main:
-            resolved = getattr(model, "resolved", {})
+            resolved = {**self.resolved, **getattr(model, "resolved", {})}
             for key, r in resolved.items():
                 self.say(f"{key}: {r.value} ({r.why})")
             self.run.write_config(self.cfg, resolved)
@@ -146,9 +149,9 @@ class Session:
         return success
 
     def log(self, metrics: dict[str, Any]) -> None:
-        """One row of the run's log (rank 0)."""
+        """One row of the run's log (rank 0), with the process's memory at its end."""
         if self.logger is not None:
-            self.logger.log(metrics)
+            self.logger.log({**metrics, "rss_gb": rss_gb(), "peak_rss_gb": peak_rss_gb()})
         if self.compiled_blocks is not None:  # model.compile: the first passes' compile time, said once
             self.say(self.compiled_blocks.report(f"{trainer(self.trainer).row} {metrics['update']}"))
             self.compiled_blocks = None
@@ -235,7 +238,9 @@ def open_session(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str, pr
             f"{run} was trained by {state.trainer}, not {trainer}: start a new run from it "
             f"with agent.init_from={run} and another --run-dir")
     seed_everything(cfg.env.seed)  # the same initial weights on every rank
-    return Session(cfg, run, trainer, state, say, progress)
+    reuse = Resolved("true", reuse_freed_memory()) if cfg.run.reuse_memory else \
+        Resolved("false", "glibc's own thresholds: large blocks mapped afresh at every allocation")
+    return Session(cfg, run, trainer, state, say, progress, {"run.reuse_memory": reuse})
 
 
 def check_reads(cfg: TrainConfig, loop: str) -> None:

@@ -166,6 +166,7 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
             "explained_variance": explained,
             **value_norm.metrics(),
             "first_ratio_dev": max(st["ratio_dev"] for st in stats[:p.grad_accum]),
+            **policy.collection_metrics(),  # an LLM policy's frozen-trunk cache (model.train_layers)
         }
         if probe_set is not None:  # every rank gathers a sharded policy's weights, rank 0 records
             with sharding.gathered(policy):

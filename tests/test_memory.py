@@ -1,0 +1,82 @@
+"""glamrl.memory: the resident set as the log reports it, and glibc's heap kept for reuse (run.reuse_memory)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from glamrl.config import load_train_config
+from glamrl.memory import _glibc, peak_rss_gb, rss_gb
+from glamrl.run.dir import RunDir
+from glamrl.trainers.ppo import train_ppo
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCKS_MB = (113, 56, 113, 40)  # a minibatch's large blocks, e.g. SmolLM2's tied embedding gradient (113 MB);
+# each is above glibc's largest default mmap threshold (32 MiB), so by default it is mapped afresh every time
+PAGES = sum(BLOCKS_MB) * 2**20 // 4096
+
+ROUNDS = f"""
+import json, resource, sys, torch
+from glamrl.memory import reuse_freed_memory, rss_gb
+if sys.argv[1] == "reuse":
+    reuse_freed_memory()
+faults, rss = [], []
+for _ in range(6):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    blocks = [torch.ones(n * 2**20, dtype=torch.uint8) for n in {BLOCKS_MB}]  # every page written
+    del blocks
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    rss.append(rss_gb())
+print(json.dumps([faults, rss]))
+"""
+
+
+def rounds(mode: str) -> tuple[list[int], list[float]]:
+    """Minor page faults and the resident set (GB) after each of 6 rounds of allocating, writing and freeing
+    BLOCKS_MB, in a fresh process (mallopt is process-wide)."""
+    done = subprocess.run([sys.executable, "-c", ROUNDS, mode], capture_output=True, text=True, cwd=ROOT, check=True)
+    faults, rss = json.loads(done.stdout.strip().splitlines()[-1])
+    return faults, rss
+
+
+def test_the_resident_set_is_read_and_its_peak_follows_a_large_block():
+    before = peak_rss_gb()
+    assert 0 < rss_gb() <= before
+    block = torch.ones(300 * 2**20, dtype=torch.uint8)  # 0.31 GB, every page touched
+    assert rss_gb() >= 0.25 and peak_rss_gb() >= rss_gb()
+    assert peak_rss_gb() >= before
+    del block
+
+
+@pytest.mark.skipif(_glibc() is None, reason="mallopt is glibc's")
+def test_reused_memory_stops_page_faulting_and_stays_flat_where_glibc_maps_every_block_afresh():
+    faults, rss = rounds("reuse")
+    assert faults[0] > PAGES / 2  # the first round faults its blocks in
+    assert sum(faults[2:]) < PAGES / 20, faults  # then they are handed out again, their pages in place
+    assert max(rss[1:]) <= 1.05 * rss[1], rss  # kept for reuse, not grown
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if thp.exists() and "[always]" in thp.read_text():
+        pytest.skip("transparent huge pages for every mapping: a fresh block faults 512 times fewer, nothing to compare")
+    faults, rss = rounds("default")
+    assert all(n > PAGES / 2 for n in faults), faults  # every round maps and faults its blocks in again
+    assert max(rss) < min(rss) + 0.1  # and gives them back on free
+
+
+def test_every_log_row_reports_memory_and_config_yaml_records_the_choice(tmp_path):
+    tiny = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "model.name=tiny-llama", "model.device=cpu",
+            "ppo.num_steps=4", "ppo.minibatch_size=4", "ppo.epochs=1", "run.tensorboard=false", "ppo.total_frames=16"]
+    said: list[str] = []
+    train_ppo(load_train_config(None, [*tiny, "run.reuse_memory=false"]), tmp_path / "run", progress=False,
+              say=said.append)
+    rows = RunDir(tmp_path / "run").read_log()
+    assert len(rows) == 2
+    for row in rows:
+        assert 0 < float(row["rss_gb"]) <= float(row["peak_rss_gb"])
+    assert float(rows[1]["peak_rss_gb"]) >= float(rows[0]["peak_rss_gb"])  # a peak so far never comes down
+    assert any(line.startswith("run.reuse_memory: false (glibc's own thresholds") for line in said)
+    assert RunDir(tmp_path / "run").read_config().run.reuse_memory is False
