@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -62,6 +61,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from glamrl.memory import peak_rss_gb
 
 ROOT = Path(__file__).resolve().parents[1]
 GLAM_FPS, GLAM_RSS_GB = 0.0711, 9.75
@@ -153,7 +154,7 @@ def run_variant(name: str, updates: int, model: str) -> dict:
         first_update_s = float(rows[0]["duration"])  # with model.compile, mostly compilation
         peaks = [float(r["peak_rss_gb"]) for r in rows]  # the process's peak RSS so far, after each update
         rows = rows[1:] or rows  # update 1 warms up (kept when it is the only one)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rss = peak_rss_gb()  # this process's, the variant's own
     loaded = load_model(cfg.model)
     scorer = ActionScorer(loaded.model, loaded.tokenizer, loaded.is_seq2seq)
     P = float(np.mean([len(scorer.tokenizer(scorer.prompt_text(p)).input_ids) for p in real_prompts(64)]))
@@ -174,7 +175,7 @@ def run_variant(name: str, updates: int, model: str) -> dict:
     executed = (collect_flops + update_flops + recompute_flops) * mean["FPS"]
     return {"variant": name, "dtype": str(dtype).removeprefix("torch."), "checkpointing": checkpointing, **mean,
             "first_update_s": first_update_s,
-            "rss_gb": rss / 1e9, "rss_after_gb": peaks, "prompt_tokens": P, "action_tokens": T,
+            "rss_gb": rss, "rss_after_gb": peaks, "prompt_tokens": P, "action_tokens": T,
             "gflop_per_frame": (collect_flops + update_flops) / 1e9, "achieved_gflops": achieved / 1e9,
             "matmul_gflops": peak / 1e9, "fraction": achieved / peak, "executed_fraction": executed / peak,
             "attention_share": attention / (collect_flops + update_flops), "sdpa_gflops": attention_rate / 1e9,
