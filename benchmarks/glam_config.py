@@ -102,18 +102,23 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def sdpa_flops(dtype: torch.dtype, S: int, heads: int, head_dim: int, batch: int = 4, repeats: int = 5) -> float:
-    """FLOP/s of scaled_dot_product_attention's forward and backward at S tokens under a causal bool mask (the
-    scorer's kind of mask), counted dense as `causal_flops` counts it: 3 x 4 S^2 d per sequence."""
-    q, k, v = (torch.randn(batch, heads, S, head_dim, dtype=dtype, requires_grad=True) for _ in range(3))
+def sdpa_flops(dtype: torch.dtype, S: int, heads: int, head_dim: int, batch: int = 4, repeats: int = 5,
+               backward: bool = True) -> float:
+    """FLOP/s of scaled_dot_product_attention at S tokens under a causal bool mask (the scorer's kind of mask),
+    counted dense as `causal_flops` counts it: 4 S^2 d per sequence forward, 3 x that with the backward."""
+    q, k, v = (torch.randn(batch, heads, S, head_dim, dtype=dtype, requires_grad=backward) for _ in range(3))
     mask = torch.ones(S, S, dtype=torch.bool).tril().expand(batch, 1, S, S)
 
     def step() -> None:
-        torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum().backward()
+        if backward:
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum().backward()
+        else:
+            with torch.inference_mode():
+                torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
     step()
     best = min(_timed(step) for _ in range(repeats))
-    return 3 * 4 * batch * heads * S * S * head_dim / best
+    return (3 if backward else 1) * 4 * batch * heads * S * S * head_dim / best
 
 
 def attention_flops(config, P: float, T: int, layers: int) -> float:

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.glam_config import causal_flops, matmul_flops
+from benchmarks.glam_config import causal_flops, matmul_flops, sdpa_flops
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVELS = ("BabyAI-GoToLocal-v0", "BabyAI-MixedTrainLocal-v0")
@@ -93,7 +93,6 @@ def run_variant(level: str, variant: str, updates: int, model: str, overrides: l
 
 def profile_level(level: str, model: str, overrides: list[str]) -> None:
     """Where a collection step's and an update minibatch's time goes on `level`, by kind of work."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.profiler import ProfilerActivity, profile
 
     from benchmarks.train_speed import real_prompts
@@ -142,16 +141,9 @@ def profile_level(level: str, model: str, overrides: list[str]) -> None:
                            if by_kind[kind] / wall >= 0.005)
         print(f"  {name}: {wall:.2f} s   {shares}  python/dispatch {(wall - sum(by_kind.values())) / wall:.0%}")
 
-    heads, head_dim = policy.llm.config.num_attention_heads, policy.llm.config.hidden_size // policy.llm.config.num_attention_heads
+    heads = policy.llm.config.num_attention_heads
     S = int(P + T)
-    q, k, v = (torch.randn(4, heads, S, head_dim, dtype=policy.compute_dtype) for _ in range(3))
-    mask = torch.ones(S, S, dtype=torch.bool).tril().expand(4, 1, S, S)
-    with torch.inference_mode(), sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-        torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        start = time.perf_counter()
-        for _ in range(5):
-            torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        sdpa = 5 * 4 * heads * S * S * head_dim * 4 / (time.perf_counter() - start)  # dense count, 4 S^2 d per head
+    sdpa = sdpa_flops(policy.compute_dtype, S, heads, policy.llm.config.hidden_size // heads, backward=False)
     mm = matmul_flops(policy.compute_dtype)
     print(f"  SDPA forward at {S} tokens: {sdpa / 1e9:.0f} GFLOP/s, {sdpa / mm:.2f} of the {mm / 1e9:.0f} GFLOP/s "
           f"2048^2 matmul ({str(policy.compute_dtype).removeprefix('torch.')})")

@@ -6,7 +6,7 @@
 GLAM's configuration as `glam_config.py` runs it (2 envs x 8 frames, minibatch 4, 3 observations),
 with the training loop's own pieces: the policy, a collection of 16 real prompts under inference
 mode, then minibatches of `accumulate_gradients`, gradient clipping and the fused Adam step that
-`glamrl.train` uses. Printed at each point: VmRSS and VmHWM (peak) from /proc/self/status, and for
+`glamrl.train` uses. Printed at each point: the resident set and its peak (`glamrl.memory`, 1e9 bytes a GB), and for
 each forward/backward the bytes autograd saved for the backward (weights excluded), the activations.
 The weights, their gradients and Adam's two moments are 4 bytes per trainable parameter each.
 """
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
-
 from benchmarks.glam_config import GLAM
 from benchmarks.train_speed import real_prompts
 from glamrl.config import load_train_config
 from glamrl.llm.policy import LLMPolicy
+from glamrl.memory import peak_rss_gb, rss_gb
 from glamrl.rl.buffer import Batch
 from glamrl.rl.ppo import accumulate_gradients
 
@@ -31,9 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def rss(tag: str) -> None:
-    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
-    gb = {key: int(status[key].split()[0]) / 1e6 for key in ("VmRSS", "VmHWM")}
-    print(f"{tag:<56} RSS {gb['VmRSS']:.2f} GB   peak {gb['VmHWM']:.2f} GB", flush=True)
+    print(f"{tag:<56} RSS {rss_gb():.2f} GB   peak {peak_rss_gb():.2f} GB", flush=True)
 
 
 def glam_update(model: str, overrides: list[str], say=lambda tag: None) -> tuple:

@@ -179,6 +179,9 @@ def atomic_output(path: str | os.PathLike, directory: bool = False, replace: boo
                 _publish(tmp, path, replace)
             else:
                 os.replace(tmp, path)
+                # rename() does nothing where both names are links to one file (a hard-linked backup whose
+                # rotation a kill interrupted): the temporary is then still there, and the output already holds it
+                remove(tmp)
             _fsync(path.parent)
     except BaseException:
         remove(tmp)

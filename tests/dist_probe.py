@@ -2,17 +2,21 @@
 
     dist_probe.py train ARGS [--then train ARGS ...]   # several commands in turn, in the same process group
 
-Writes PROBE_DIR/rank{RANK}.jsonl: this process's PID, each command as it starts, the observations it acted on,
-and a digest of the optimiser's weights after every optimiser step (whole weights: the shards
-of a sharded run are gathered, so every rank records the same digest), and whether they were sharded.
+Writes PROBE_DIR/rank{RANK}.jsonl: this process's PID, each command as it starts and as it returns, the
+observations it acted on, a digest of the optimiser's weights after every optimiser step (whole weights: the
+shards of a sharded run are gathered, so every rank records the same digest), and whether they were sharded,
+then the interpreter's exit. A fatal signal prints the Python and C++ stacks of the rank it kills.
 """
 
+import atexit
+import faulthandler
 import hashlib
 import json
 import os
 import sys
 from pathlib import Path
 
+import torch
 from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -41,7 +45,10 @@ def recording_step(envs, agent, obs):
     return real_step(envs, agent, obs)
 
 
+faulthandler.enable()
+torch._C._set_print_stack_traces_on_fatal_signal(True)
 record(kind="pid", pid=os.getpid())
+atexit.register(record, kind="exit")  # registered before glamrl's own: runs after the process group is left
 register_optimizer_step_post_hook(after_step)
 real_step, glamrl.trainers.ppo.step = glamrl.trainers.ppo.step, recording_step
 commands = [[]]
@@ -52,5 +59,7 @@ for arg in sys.argv[1:]:
         commands[-1].append(arg)
 for command in commands:
     record(kind="command", args=command)
-    if code := main(command):
+    code = main(command)
+    record(kind="returned", code=code)
+    if code:
         sys.exit(code)

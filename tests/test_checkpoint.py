@@ -138,6 +138,14 @@ def test_interrupted_rotation_leaves_a_good_checkpoint(tmp_path, monkeypatch, st
         save_checkpoint(*_files(tmp_path), {"update": 3})
     assert load_checkpoint(*_files(tmp_path))["update"] == 2  # no warning: last.pt is still good
 
+    # the next save rotates as ever, though after step 1 backup.pt and last.pt are links to one file (rename()
+    # between two such names does nothing) and leaves no temporary behind
+    monkeypatch.undo()
+    save_checkpoint(*_files(tmp_path), {"update": 4})
+    assert load_checkpoint(*_files(tmp_path))["update"] == 4
+    assert torch.load(tmp_path / "checkpoints" / "backup.pt", weights_only=True)["update"] == 2
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["backup.pt", "last.pt"]
+
 
 def test_kill_9_during_saves_leaves_a_loadable_checkpoint(tmp_path):
     script = ("import sys, torch\nfrom glamrl.run.checkpoint import save_checkpoint\n"

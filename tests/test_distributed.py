@@ -41,6 +41,15 @@ def torchrun(probe_dir: Path, *args: str, wait: bool = True):
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
+def failure(done: subprocess.CompletedProcess, probe_dir: Path) -> str:
+    """What a failed torchrun printed, then where each rank's probe stopped (its last rows, observations aside)."""
+    where = []
+    for log in sorted(probe_dir.glob("rank*.jsonl")):
+        rows = [row for row in map(json.loads, log.read_text().splitlines()) if row["kind"] not in ("obs", "weights")]
+        where.append(f"{log.stem} last recorded: {rows[-3:]}")
+    return "\n".join([done.stdout + done.stderr, *where])
+
+
 def probe_rows(probe_dir: Path, rank: int, kind: str) -> list[dict]:
     rows = [json.loads(line) for line in (probe_dir / f"rank{rank}.jsonl").read_text().splitlines()]
     return [r for r in rows if r["kind"] == kind]
@@ -52,7 +61,7 @@ def test_two_ranks_train_in_lockstep_on_different_episodes_and_resume(tmp_path):
     probes.mkdir()
     done = torchrun(probes, "train", "--config", str(cfg), "--run-dir", str(run), "--no-progress",
                     "ppo.total_frames=48", "run.check_replicas=true")
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0, failure(done, probes)
 
     # the same weights on both ranks after every optimiser step (2 epochs x 2 minibatches x 3 updates)
     weights = [[r["digest"] for r in probe_rows(probes, rank, "weights")] for rank in (0, 1)]
@@ -72,7 +81,7 @@ def test_two_ranks_train_in_lockstep_on_different_episodes_and_resume(tmp_path):
 
     # a resumed 2-rank run continues the log
     done = torchrun(probes, "train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=80")
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0, failure(done, probes)
     assert "resuming" in done.stdout
     assert [r["update"] for r in RunDir(run).read_log()] == [1, 2, 3, 4, 5]
     assert [r["frames"] for r in RunDir(run).read_log()] == [16, 32, 48, 64, 80]
@@ -142,7 +151,7 @@ def test_fsdp_trains_as_dd_ppo_does_and_its_checkpoint_serves_every_mode(tmp_pat
     commands = [["--then", "train", "--run-dir", str(run), "--no-progress", *args, f"run.sharding={mode}"]
                 for run, mode, args in runs]
     done = torchrun(probes, *[arg for command in commands for arg in command][1:])
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0, failure(done, probes)
     assert done.stdout.count(f"resuming {fsdp} after update 1") == 1
     assert [r["update"] for r in RunDir(fsdp).read_log()] == [1, 2]
 
