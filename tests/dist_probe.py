@@ -5,7 +5,7 @@
 Writes PROBE_DIR/rank{RANK}.jsonl: this process's PID, each command as it starts and as it returns, the
 observations it acted on, a digest of the optimiser's weights after every optimiser step (whole weights: the
 shards of a sharded run are gathered, so every rank records the same digest), and whether they were sharded,
-then the interpreter's exit. A fatal signal prints the Python and C++ stacks of the rank it kills.
+then the interpreter's exit, with the gloo threads still running then. A fatal signal prints the Python and C++ stacks of the rank it kills.
 """
 
 import atexit
@@ -20,8 +20,8 @@ import torch
 from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-import glamrl.trainers.ppo
 from glamrl.cli import main
+from glamrl.parallel import distributed
 
 LOG = Path(os.environ["PROBE_DIR"]) / f"rank{os.environ['RANK']}.jsonl"
 
@@ -45,10 +45,19 @@ def recording_step(envs, agent, obs):
     return real_step(envs, agent, obs)
 
 
+def gloo_threads() -> list[str]:
+    """The names of this process's threads that belong to gloo (its process group's workers and TCP loop)."""
+    names = [(task / "comm").read_text().strip() for task in Path("/proc/self/task").iterdir()]
+    return sorted(name for name in names if "gloo" in name)
+
+
 faulthandler.enable()
 torch._C._set_print_stack_traces_on_fatal_signal(True)
 record(kind="pid", pid=os.getpid())
-atexit.register(record, kind="exit")  # registered before glamrl's own: runs after the process group is left
+atexit.register(lambda: record(kind="exit", gloo_threads=gloo_threads()))  # before glamrl's: runs after it left
+distributed.init()  # as `glamrl train` joins: before transformers and the trainers are imported
+import glamrl.trainers.ppo  # noqa: E402
+
 register_optimizer_step_post_hook(after_step)
 real_step, glamrl.trainers.ppo.step = glamrl.trainers.ppo.step, recording_step
 commands = [[]]

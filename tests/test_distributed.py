@@ -78,6 +78,8 @@ def test_two_ranks_train_in_lockstep_on_different_episodes_and_resume(tmp_path):
     rows = RunDir(run).read_log()
     assert [r["update"] for r in rows] == [1, 2, 3] and [r["frames"] for r in rows] == [16, 32, 48]
     assert done.stdout.count("trained 3 updates") == 1  # one rank speaks
+    # each rank left the process group whole: its gloo threads were joined before the interpreter's shutdown
+    assert [probe_rows(probes, rank, "exit")[0]["gloo_threads"] for rank in (0, 1)] == [[], []]
 
     # a resumed 2-rank run continues the log
     done = torchrun(probes, "train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=80")

@@ -14,6 +14,7 @@ unset or 1) nothing here sets anything up, and every helper is a no-op.
 from __future__ import annotations
 
 import atexit
+import gc
 import hashlib
 import os
 from collections.abc import Callable, Iterator
@@ -73,14 +74,22 @@ def init() -> Ranks:
         if cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         timeout = float(os.environ.get("GLAMRL_DIST_TIMEOUT", DEFAULT_TIMEOUT_S))
+        # torch.distributed.nn's functions take `group=group.WORLD` as a default argument, bound when the module is
+        # first imported (transformers and FSDP import it). Imported after the group exists, they hold the group,
+        # so destroy_process_group cannot free it, and its gloo threads are still running while the interpreter
+        # shuts down (a rank then aborts at exit now and then: "terminate called without an active exception").
+        import torch.distributed.nn as _  # noqa: F401  (before the group: the defaults hold None)
         dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout))
         atexit.register(close)  # leave the group before the interpreter goes, so no backend thread is cut off
     return current()
 
 
 def close() -> None:
-    """Leave the process group, if this process joined one."""
+    """Leave the process group, if this process joined one. The garbage goes first: a finished run's model, in
+    reference cycles, may hold the group, which destroy_process_group frees (and joins its threads) only once
+    nothing does. DTensor's caches of a sharded run's specs keep holding it (torch 2.13), until the exit."""
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 
