@@ -14,6 +14,7 @@ The weights, their gradients and Adam's two moments are 4 bytes per trainable pa
 from __future__ import annotations
 
 import argparse
+import ctypes
 import time
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from benchmarks.glam_config import GLAM
 from benchmarks.train_speed import real_prompts
 from glamrl.config import load_train_config
 from glamrl.llm.policy import LLMPolicy
-from glamrl.memory import peak_rss_gb, rss_gb
+from glamrl.memory import peak_rss_gb, reuse_freed_memory, rss_gb
 from glamrl.rl.buffer import Batch
 from glamrl.rl.ppo import accumulate_gradients
 
@@ -70,10 +71,15 @@ def main() -> None:
     parser.add_argument("--mmap-threshold-mb", type=float, default=None,
                         help="glibc mallopt(M_MMAP_THRESHOLD): blocks this large or larger are mmapped, so that freeing "
                              "them returns their pages at once (default: glibc's own, dynamic threshold)")
+    parser.add_argument("--reuse-memory", action="store_true",
+                        help="glibc's thresholds as run.reuse_memory=true sets them (glamrl.memory.reuse_freed_memory)")
+    parser.add_argument("--trim", action="store_true",
+                        help="after each Adam step, glibc's malloc_trim(0) hands the heap's free pages back, and the "
+                             "RSS is printed again: what is left is live memory, the difference what the heap kept")
     args = parser.parse_args()
+    if args.reuse_memory:
+        print(f"run.reuse_memory: {reuse_freed_memory()}")
     if args.mmap_threshold_mb is not None:
-        import ctypes
-
         M_MMAP_THRESHOLD = -3
         ok = ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, int(args.mmap_threshold_mb * 2**20))
         print(f"mallopt(M_MMAP_THRESHOLD, {args.mmap_threshold_mb} MiB): {'ok' if ok else 'refused'}")
@@ -99,6 +105,9 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(params, cfg.ppo.max_grad_norm)
         optimizer.step()
         rss(f"minibatch {k}: Adam step")
+        if args.trim:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            rss(f"minibatch {k}: malloc_trim(0)")
 
 
 if __name__ == "__main__":
