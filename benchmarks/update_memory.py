@@ -73,9 +73,6 @@ def main() -> None:
                              "them returns their pages at once (default: glibc's own, dynamic threshold)")
     parser.add_argument("--reuse-memory", action="store_true",
                         help="glibc's thresholds as run.reuse_memory=true sets them (glamrl.memory.reuse_freed_memory)")
-    parser.add_argument("--trim", action="store_true",
-                        help="after each Adam step, glibc's malloc_trim(0) hands the heap's free pages back, and the "
-                             "RSS is printed again: what is left is live memory, the difference what the heap kept")
     args = parser.parse_args()
     if args.reuse_memory:
         print(f"run.reuse_memory: {reuse_freed_memory()}")
@@ -105,9 +102,6 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(params, cfg.ppo.max_grad_norm)
         optimizer.step()
         rss(f"minibatch {k}: Adam step")
-        if args.trim:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-            rss(f"minibatch {k}: malloc_trim(0)")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 Writes PROBE_DIR/rank{RANK}.jsonl: this process's PID, each command as it starts and as it returns, the
 observations it acted on, a digest of the optimiser's weights after every optimiser step (whole weights: the
 shards of a sharded run are gathered, so every rank records the same digest), and whether they were sharded,
-then the interpreter's exit, with the gloo threads still running then. A fatal signal prints the Python and C++ stacks of the rank it kills.
+then the interpreter's exit, with the gloo threads still running then. A fatal signal prints the
+Python and C++ stacks of the rank it kills.
 """
 
 import atexit
