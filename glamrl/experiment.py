@@ -11,7 +11,8 @@ A run whose saved config is the experiment's (but for what a resume may change, 
 log has all its frames (or its time) is skipped; an unfinished one resumes; one with another config (another
 experiment's run under the same out and name) is reported and left alone, in training and in the report;
 so the experiment can be spread over sittings or machines, and each SLURM array task trains one
-run (`--task I`). Evaluation-only agents (random, bot) are evaluated once, with `glamrl eval`.
+run (`--task I`). Evaluation-only agents (random, bot) are evaluated once, with `glamrl eval`. A run may start
+from another run of the experiment (`init_from`, a curriculum), trained before it.
 
 The report (OUT/report.md, OUT/success_frames.png, OUT/success_minutes.png): success rate and
 mean episode length of the training episodes against frames and against wall-clock minutes, and
@@ -69,6 +70,9 @@ class RunSpec:
     """an agent kind that is evaluated only, with no training (random, bot; then `env` and `episodes` apply)."""
     episodes: int = 200
     """evaluation episodes of an evaluation-only agent."""
+    init_from: str | None = None
+    """the name of a trained run listed before this one (a curriculum: a run on an easier level): each seed starts
+    from that run's directory of the same seed (agent.init_from), which must be finished first."""
     name: str = ""
     """label of the agent in plots and the table: its key in `runs` (not a key of the entry); its run directories
     are OUT/NAME-seedS."""
@@ -88,6 +92,8 @@ class RunSpec:
             raise ConfigError(f"{where}.overrides must be key=value strings, got {bad[0]!r}")
         if self.episodes < 1:
             raise ConfigError(f"{where}.episodes must be an integer >= 1, got {self.episodes}")
+        if self.agent is not None and self.init_from is not None:
+            raise ConfigError(f"{where}.init_from: an evaluation-only agent ({self.agent}) starts from no run")
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,17 @@ class Experiment:
             spec.check(f"runs.{name}")
         object.__setattr__(self, "runs", {name: dataclasses.replace(spec, name=name)
                                           for name, spec in self.runs.items()})
+        names = list(self.runs)
+        for position, spec in enumerate(self.runs.values()):
+            source = self.runs.get(spec.init_from)
+            if spec.init_from is None:
+                continue
+            if spec.init_from not in names[:position] or source.agent is not None:
+                raise ConfigError(f"runs.{spec.name}.init_from must name a trained run listed before "
+                                  f"{spec.name}, got {spec.init_from!r}")
+            if missing := sorted(set(spec.seeds) - set(source.seeds)):
+                raise ConfigError(f"runs.{spec.name}.init_from: {spec.init_from} has no seed {missing[0]} to start "
+                                  f"{spec.name}'s seed {missing[0]} from")
         for key in ("frames", "minutes"):
             if getattr(self, key) is not None and getattr(self, key) <= 0:
                 raise ConfigError(f"{key} must be a positive number or null, got {getattr(self, key)}")
@@ -162,6 +179,20 @@ def run_dir(experiment: Experiment, spec: RunSpec, seed: int) -> Path:
     return experiment.out / f"{spec.name}-seed{seed}"
 
 
+def source_task(experiment: Experiment, spec: RunSpec, seed: int) -> int | None:
+    """The task id of the run that this one starts from (`RunSpec.init_from`), or None."""
+    if spec.init_from is None:
+        return None
+    return experiment.tasks.index((experiment.runs[spec.init_from], seed))
+
+
+def after(experiment: Experiment, spec: RunSpec, seed: int) -> str:
+    """" (after task K, which it starts from)" for a run that starts from task K's run, or "" (the SLURM script's
+    list of tasks)."""
+    source = source_task(experiment, spec, seed)
+    return "" if source is None else f" (after task {source}, which it starts from)"
+
+
 def train_overrides(experiment: Experiment, spec: RunSpec, seed: int) -> list[str]:
     """The experiment's shared settings, then the run's own overrides (which win)."""
     kind = agent_kind(load_train_config(spec.config, spec.overrides).agent.kind)
@@ -175,7 +206,10 @@ def train_overrides(experiment: Experiment, spec: RunSpec, seed: int) -> list[st
         shared.append(f"{kind.trainer.frames_field}={experiment.frames}")
     if experiment.minutes is not None:
         shared.append(f"run.max_minutes={experiment.minutes}")
-    return [*shared, *spec.overrides]
+    if spec.init_from is not None:
+        shared.append(f"agent.init_from={run_dir(experiment, experiment.runs[spec.init_from], seed)}")
+    own = {override.split("=", 1)[0] for override in spec.overrides}
+    return [*(s for s in shared if s.split("=", 1)[0] not in own), *spec.overrides]
 
 
 def mismatch(experiment: Experiment, spec: RunSpec, seed: int) -> str | None:
@@ -240,6 +274,15 @@ def run_tasks(experiment: Experiment, indices: list[int] | None = None, say=prin
     chosen = range(len(experiment.tasks)) if indices is None else indices
     if missing := [i for i in chosen if not 0 <= i < len(experiment.tasks)]:  # all of them, before any run
         raise ConfigError(f"task {missing[0]} does not exist: the experiment has tasks 0..{len(experiment.tasks) - 1}")
+    for position, i in enumerate(chosen):  # a run's init_from is finished, or trained before it by this call
+        spec, seed = experiment.tasks[i]
+        source = source_task(experiment, spec, seed)
+        if source is None:
+            continue
+        if source not in chosen[:position] and not is_finished(experiment, *experiment.tasks[source]):
+            raise ExperimentError(f"task {i} ({run_dir(experiment, spec, seed).name}) starts from "
+                                  f"{run_dir(experiment, *experiment.tasks[source]).name}, which is not finished: "
+                                  f"run task {source} first")
     mismatched = []
     for i in chosen:
         spec, seed = experiment.tasks[i]
@@ -284,14 +327,15 @@ def write_sbatch(experiment: Experiment, experiment_file: Path, out: Path, time:
     Creates the folder of the tasks' logs (`slurm_logs`), which SLURM does not."""
     check_slurm_time(time)
     n = len(experiment.tasks)
-    names = "\n".join(f"#   {i}: {run_dir(experiment, spec, seed).name}" for i, (spec, seed) in
-                      enumerate(experiment.tasks))
+    names = "\n".join(f"#   {i}: {run_dir(experiment, spec, seed).name}{after(experiment, spec, seed)}"
+                      for i, (spec, seed) in enumerate(experiment.tasks))
     file, logs = shlex.quote(str(experiment_file)), slurm_logs(experiment)
     script = f"""#!/bin/bash
 # {MARKER}: glamrl experiment {file}, one SLURM array task per run ({n} runs).
 #   sbatch {shlex.quote(str(out))}
 # then, when all have ended: glamrl experiment {file} --report
-# Resubmitting resumes unfinished runs and skips finished ones. Tasks:
+# Resubmitting resumes unfinished runs and skips finished ones; a task that starts from another's run refuses
+# to start before that one has finished. Tasks:
 {names}
 #SBATCH --job-name={shlex.quote(f"glamrl-{experiment.out.name}")}
 #SBATCH --array=0-{n - 1}
@@ -397,7 +441,8 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
         success, length = ((over_seeds([r["success_rate"] for r in last if r], len(group), "success"),
                             over_seeds([r["num_frames_mean"] for r in last if r], len(group), "length"))
                            if any(last) or not group else ("no episode finished",) * 2)
-        lines.append(f"| {spec.name} | {len(group)} | {over_seeds([h[0] for h in hits], len(group), 'frames')} | "
+        label = spec.name if spec.init_from is None else f"{spec.name} (from {spec.init_from})"
+        lines.append(f"| {label} | {len(group)} | {over_seeds([h[0] for h in hits], len(group), 'frames')} | "
                      f"{over_seeds([h[1] for h in hits], len(group), 'minutes')} | "
                      f"{over_seeds([rows[-1]['frames'] for rows in logs if rows], len(group), 'frames')} | "
                      f"{over_seeds([rows[-1]['duration'] / 60 for rows in logs if rows], len(group), 'minutes')} | "

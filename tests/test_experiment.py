@@ -5,6 +5,7 @@ import hashlib
 import math
 import shlex
 import subprocess
+from pathlib import Path
 import sys
 
 import pytest
@@ -242,3 +243,75 @@ def test_time_to_target_counts_a_rate_only_over_enough_episodes():
     assert time_to_target(rows, 0.9) == (256 * 7, 7.0)
     assert time_to_target(rows, 0.9, episodes=1) == (256, 1.0)  # the old rule: any one row
     assert time_to_target(rows, 0.99) is None and time_to_target(rows[:6], 0.9) is None
+
+
+def curriculum_experiment(tmp_path, next_run: str) -> Path:
+    """`write_experiment`'s file with one more run, `next_run` (YAML lines of its entry)."""
+    path = write_experiment(tmp_path, frames=32)
+    path.write_text(path.read_text() + next_run)
+    return path
+
+
+NEXT = """  tiny-next:
+    config: {config}
+    init_from: tiny
+    overrides: [ppo.lr=1.0e-12]
+    seeds: [2]
+"""
+
+
+def test_a_run_starts_from_the_same_seed_of_the_run_it_names(tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    exp = curriculum_experiment(tmp_path, NEXT.format(config=tmp_path / "tiny.yaml"))
+    out = tmp_path / "out"
+    # its seed's run is not trained yet and not trained before it by this call: refused before any run
+    assert main(["experiment", str(exp), "--task", "4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tiny-next-seed2" in err[0] and "tiny-seed2" in err[0] and "run task 1 first" in err[0]
+    assert not out.exists()
+    assert main(["experiment", str(exp), "--sbatch", str(tmp_path / "exp.sbatch")]) == 0
+    assert "#   4: tiny-next-seed2 (after task 1, which it starts from)\n" in (tmp_path / "exp.sbatch").read_text()
+    assert main(["experiment", str(exp), "--task", "1", "--task", "4"]) == 0  # the source first, in one call
+    config = RunDir(out / "tiny-next-seed2").read_config()
+    assert config.agent.init_from == str(out / "tiny-seed2")
+    weights = {name: RunDir(out / name).load_checkpoint().policy for name in ("tiny-seed2", "tiny-next-seed2")}
+    moved = max((weights["tiny-next-seed2"][k] - w).abs().max().item() for k, w in weights["tiny-seed2"].items())
+    assert moved < 1e-6  # lr 1e-12: it ends where it started, at seed 2's trained weights
+    assert "| tiny-next (from tiny) | 1 |" in (main(["experiment", str(exp), "--report"]) == 0
+                                               and (out / "report.md").read_text())
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("  tiny-next:\n    config: {config}\n    init_from: random\n", "init_from must name a trained run listed "
+                                                                     "before tiny-next, got 'random'"),
+    ("  tiny-next:\n    config: {config}\n    init_from: nope\n", "got 'nope'"),
+    ("  tiny-next:\n    config: {config}\n    init_from: tiny-lora\n    seeds: [1, 2]\n",
+     "tiny-lora has no seed 2 to start tiny-next's seed 2 from"),
+    ("  bot:\n    agent: bot\n    init_from: tiny\n", "an evaluation-only agent (bot) starts from no run"),
+])
+def test_init_from_names_an_earlier_trained_run_with_the_seeds(tmp_path, capsys, entry, message):
+    exp = curriculum_experiment(tmp_path, entry.format(config=tmp_path / "tiny.yaml"))
+    assert main(["experiment", str(exp)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_runs_own_override_of_a_shared_setting_wins(tmp_path):
+    from glamrl.config import load_train_config
+    from glamrl.experiment import load_experiment, train_overrides
+
+    exp = curriculum_experiment(tmp_path, f"""  other-level:
+    config: {tmp_path / 'tiny.yaml'}
+    overrides: [env.id=BabyAI-GoToObjS4-v0, ppo.total_frames=16]
+""")
+    exp.write_text(exp.read_text().replace("target: 0.5", "target: 0.5\nenv: BabyAI-GoToLocalS6N3-v0"))
+    experiment = load_experiment(exp)
+    spec = experiment.runs["other-level"]
+    cfg = load_train_config(spec.config, train_overrides(experiment, spec, 1))
+    assert (cfg.env.id, cfg.ppo.total_frames, cfg.env.seed) == ("BabyAI-GoToObjS4-v0", 16, 1)
+    tiny = experiment.runs["tiny"]
+    cfg = load_train_config(tiny.config, train_overrides(experiment, tiny, 2))
+    assert (cfg.env.id, cfg.ppo.total_frames, cfg.env.seed) == ("BabyAI-GoToLocalS6N3-v0", 32, 2)

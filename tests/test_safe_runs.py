@@ -149,6 +149,24 @@ def test_resuming_from_the_backup_keeps_the_backup(tmp_path):
     assert [r["update"] for r in RunDir(run).read_log()] == [1, 2]
 
 
+def test_a_run_whose_checkpoints_were_removed_is_refused_not_trained_over(tmp_path, capsys):
+    """A run kept without its checkpoints (results/ keeps finished runs so) cannot resume; training it from scratch
+    would replace its log. A run killed before its first checkpoint (checkpoint_every rows) starts over."""
+    run = tmp_path / "run"
+    config = tiny_config(tmp_path)
+    assert main(["train", "--config", str(config), "--run-dir", str(run), "--no-progress", "ppo.total_frames=16"]) == 0
+    for file in RunDir(run).checkpoints.iterdir():
+        file.unlink()
+    kept = snapshot(run)
+    assert_one_line(*run_cli(capsys, "train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=24"),
+                    f"{run} has 2 log rows but no checkpoint", "--overwrite")
+    assert snapshot(run) == kept
+
+    # checkpoints every 4 rows, none written yet: it starts over
+    assert main(["train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=24", "run.checkpoint_every=4"]) == 0
+    assert [r["update"] for r in RunDir(run).read_log()] == [1, 2, 3]
+
+
 def test_kill_9_at_ten_random_moments_loses_nothing(tmp_path):
     """SIGKILL during collection, update or checkpoint writes, ten times; every update logged exactly once."""
     run, cfg = tmp_path / "run", tiny_config(tmp_path)

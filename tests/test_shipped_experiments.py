@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from glamrl.agents.registry import agent_kind
 from glamrl.cli import main
 from glamrl.config import load_train_config
 from glamrl import experiment as experiment_module
@@ -20,7 +21,8 @@ FRAMES = 32
 def shrunk_overrides(config: str, overrides: list[str]) -> list[str]:
     """The run's own overrides, then what makes it tiny: 2 envs, a 2-block random model, 16-frame updates."""
     cfg = load_train_config(config, overrides)
-    tiny = ["env.num_envs=2", "run.eval_episodes=0", "run.tensorboard=false"]
+    frames = agent_kind(cfg.agent.kind).trainer.frames_field  # a run's own frames (a curriculum's first step) too
+    tiny = ["env.num_envs=2", "run.eval_episodes=0", "run.tensorboard=false", f"{frames}={FRAMES}"]
     if cfg.agent.kind == "drrn":
         tiny += ["drrn.learning_starts=4", "drrn.batch_size=4", "drrn.log_every=8"]
     else:
@@ -74,5 +76,8 @@ def test_shipped_experiment_runs_end_to_end_shrunk(path, tmp_path, monkeypatch, 
         else:
             assert RunDir(run).read_log()[-1]["frames"] >= FRAMES, name
     report = (tmp_path / "out" / "report.md").read_text()
-    assert all(f"| {name} |" in report or f"{name} (evaluated)" in report for name in data["runs"])
+    rows = [line.split(" | ")[0] for line in report.splitlines() if line.startswith("| ")]
+    for name, spec in data["runs"].items():  # "| NAME", "| NAME (from SOURCE)", "| NAME (evaluated)"
+        label = f"{name} (from {spec['init_from']})" if "init_from" in spec else name
+        assert f"| {label}" in rows or f"| {name} (evaluated)" in rows, (name, rows)
     capsys.readouterr()

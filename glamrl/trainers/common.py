@@ -232,7 +232,7 @@ def open_session(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str, pr
     if not distributed.current().is_main:
         progress, say = False, lambda _: None
     run = RunDir(run_dir)
-    state = distributed.from_main(lambda: resumed_state(run) if resume else None)
+    state = distributed.from_main(lambda: resumed_state(run, cfg.run.checkpoint_every) if resume else None)
     if state is not None and state.trainer != trainer:
         raise TrainerMismatchError(
             f"{run} was trained by {state.trainer}, not {trainer}: start a new run from it "
@@ -261,12 +261,18 @@ def check_reads(cfg: TrainConfig, loop: str) -> None:
                           f"{but}: leave {them} out")
 
 
-def resumed_state(run: RunDir) -> Checkpoint | None:
+def resumed_state(run: RunDir, checkpoint_every: int) -> Checkpoint | None:
     """The run's last checkpoint, once its log reads whole: a damaged log stops the resume here, before anything
-    of the run (config.yaml, its history) is rewritten."""
+    of the run (config.yaml, its history) is rewritten. None: no checkpoint yet, and the run starts over, unless
+    its log has rows that a checkpoint was saved at (every `checkpoint_every` rows): then its checkpoints were
+    removed (a run kept without them, as results/ keeps finished runs), and starting over would replace its log."""
     state = run.load_checkpoint()
-    if state is not None and run.log.exists():
-        run.read_log()
+    rows = run.read_log() if run.log.exists() else []
+    if state is None and len(rows) >= checkpoint_every:
+        raise checkpoint.CheckpointError(
+            f"{run} has {len(rows)} log rows but no checkpoint (no {run.last_checkpoint}): it cannot resume, and "
+            f"training it again would replace its log; train a copy of its config in another --run-dir, or start "
+            f"it afresh with --overwrite")
     return state
 
 
