@@ -70,6 +70,10 @@ class RunSpec:
     """an agent kind that is evaluated only, with no training (random, bot; then `env` and `episodes` apply)."""
     episodes: int = 200
     """evaluation episodes of an evaluation-only agent."""
+    clone: int | None = None
+    """bot episodes to clone: the run is `glamrl bc` (its config a BC config, configs/bc*.yaml) on the bot's
+    demonstrations of the experiment's level, recorded first by `glamrl demos` (`demos_file`), in place of
+    `glamrl train`; its budget is bc.epochs passes over them (the experiment's frames do not apply)."""
     init_from: str | None = None
     """the name of a trained run listed before this one (a curriculum: a run on an easier level): each seed starts
     from that run's directory of the same seed (agent.init_from), which must be finished first."""
@@ -92,6 +96,9 @@ class RunSpec:
             raise ConfigError(f"{where}.overrides must be key=value strings, got {bad[0]!r}")
         if self.episodes < 1:
             raise ConfigError(f"{where}.episodes must be an integer >= 1, got {self.episodes}")
+        if self.clone is not None and (self.agent is not None or self.clone < 1):
+            raise ConfigError(f"{where}.clone must be a number of bot episodes >= 1 of a trained run (a BC config), "
+                              f"got {self.clone}" + (f" with agent {self.agent}" if self.agent else ""))
         if self.agent is not None and self.init_from is not None:
             raise ConfigError(f"{where}.init_from: an evaluation-only agent ({self.agent}) starts from no run")
 
@@ -179,6 +186,17 @@ def run_dir(experiment: Experiment, spec: RunSpec, seed: int) -> Path:
     return experiment.out / f"{spec.name}-seed{seed}"
 
 
+DEMO_SEEDS = 10_000
+"""A clone's demonstrations of seed S play the episodes from seed DEMO_SEEDS x S on: apart from the other seeds'
+(up to DEMO_SEEDS episodes each) and from the evaluation episodes (`glamrl.rollout.eval_seed`)."""
+
+
+def demos_file(experiment: Experiment, spec: RunSpec, seed: int) -> Path:
+    """OUT/NAME-seedS-demos.jsonl: the bot's demonstrations that a clone run (`RunSpec.clone`) learns from, beside its
+    run directory (a run directory holds only what its run writes)."""
+    return experiment.out / f"{spec.name}-seed{seed}-demos.jsonl"
+
+
 def source_task(experiment: Experiment, spec: RunSpec, seed: int) -> int | None:
     """The task id of the run that this one starts from (`RunSpec.init_from`), or None."""
     if spec.init_from is None:
@@ -202,7 +220,7 @@ def train_overrides(experiment: Experiment, spec: RunSpec, seed: int) -> list[st
     shared = [f"env.seed={seed}"]
     if experiment.env is not None:
         shared.append(f"env.id={experiment.env}")
-    if experiment.frames is not None:  # ppo.total_frames, drrn.total_frames: the budget of the kind's loop
+    if experiment.frames is not None and spec.clone is None:  # ppo.total_frames, drrn.total_frames: the budget of the kind's loop
         shared.append(f"{kind.trainer.frames_field}={experiment.frames}")
     if experiment.minutes is not None:
         shared.append(f"run.max_minutes={experiment.minutes}")
@@ -252,21 +270,41 @@ def is_finished(experiment: Experiment, spec: RunSpec, seed: int) -> bool:
     if not rows:
         return False
     cfg = load_train_config(spec.config, train_overrides(experiment, spec, seed))
-    total = agent_kind(cfg.agent.kind).trainer.total_frames(cfg)
+    if spec.clone is not None:  # bc.epochs passes over its demonstrations (their records: one per line)
+        demos = demos_file(experiment, spec, seed)
+        if not demos.exists():
+            return False
+        with open(demos, "rb") as f:
+            total = cfg.bc.epochs * sum(1 for line in f if line.strip())
+    else:
+        total = agent_kind(cfg.agent.kind).trainer.total_frames(cfg)
     capped = cfg.run.max_minutes is not None and rows[-1].get("duration", 0) >= 60 * cfg.run.max_minutes
     return rows[-1]["frames"] >= total or capped
 
 
 def task_command(experiment: Experiment, spec: RunSpec, seed: int) -> list[str]:
-    """The `glamrl` command line that trains (or resumes) or evaluates one run."""
+    """The `glamrl` command line that trains (or resumes) or evaluates one run (a clone: `glamrl bc` on its
+    demonstrations, recorded first by `demos_command`)."""
     directory = run_dir(experiment, spec, seed)
     glamrl = [sys.executable, "-m", "glamrl.cli"]
     if spec.agent is not None:
         env = experiment.env or EnvConfig.id
         return [*glamrl, "eval", "--agent", spec.agent, "--env", env, "--episodes", str(spec.episodes),
                 "--seed", str(seed), "--out", str(directory / "eval.json")]
-    return [*glamrl, "train", "--config", spec.config, "--run-dir", str(directory), "--no-progress",
+    command = "train" if spec.clone is None else "bc"
+    data = [] if spec.clone is None else ["--data", str(demos_file(experiment, spec, seed))]
+    return [*glamrl, command, *data, "--config", spec.config, "--run-dir", str(directory), "--no-progress",
             *train_overrides(experiment, spec, seed)]
+
+
+def demos_command(experiment: Experiment, spec: RunSpec, seed: int) -> list[str]:
+    """The `glamrl demos` command line that records a clone's demonstrations (`demos_file`): the bot on the run's
+    level, `spec.clone` episodes from seed DEMO_SEEDS x seed, prompts of the config's prompt.nbr_obs. Recorded
+    again, they are the same records (the bot and the seeds are fixed)."""
+    cfg = load_train_config(spec.config, train_overrides(experiment, spec, seed))
+    return [sys.executable, "-m", "glamrl.cli", "demos", "--agent", "bot", "--env", cfg.env.id,
+            "--episodes", str(spec.clone), "--seed", str(DEMO_SEEDS * seed), "--nbr-obs", str(cfg.prompt.nbr_obs),
+            "--out", str(demos_file(experiment, spec, seed))]
 
 
 def run_tasks(experiment: Experiment, indices: list[int] | None = None, say=print) -> None:
@@ -292,16 +330,24 @@ def run_tasks(experiment: Experiment, indices: list[int] | None = None, say=prin
             say(f"[{i}] {name}: mismatch, not trained: {why}")
             mismatched.append(name)
             continue
+        if spec.clone is not None and not demos_file(experiment, spec, seed).exists():
+            run_command(name, demos_command(experiment, spec, seed), i, say)  # first: is_finished counts them
         if is_finished(experiment, spec, seed):
             say(f"[{i}] {name}: finished, skipped")
             continue
-        say(f"[{i}] {name}: {shlex.join(task_command(experiment, spec, seed)[1:])}")
-        done = subprocess.run(task_command(experiment, spec, seed))
-        if done.returncode != 0:
-            raise ExperimentError(f"run {name} failed (exit {done.returncode}); rerun the experiment to resume it")
+        run_command(name, task_command(experiment, spec, seed), i, say)
     if mismatched:
         raise ExperimentError(f"{', '.join(mismatched)} hold{'s' if len(mismatched) == 1 else ''} another "
                               f"experiment's run (see above): give the experiment another out or run names")
+
+
+def run_command(name: str, command: list[str], task: int, say=print) -> None:
+    """Run one of task `task`'s command lines (`python -m glamrl.cli ...`), said first; a failure is an
+    `ExperimentError` naming the run `name`."""
+    say(f"[{task}] {name}: {shlex.join(command[1:])}")
+    done = subprocess.run(command)
+    if done.returncode != 0:
+        raise ExperimentError(f"run {name} failed (exit {done.returncode}); rerun the experiment to resume it")
 
 
 SLURM_TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}")
@@ -440,8 +486,10 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
                 for rows in logs]
         success, length = ((over_seeds([r["success_rate"] for r in last if r], len(group), "success"),
                             over_seeds([r["num_frames_mean"] for r in last if r], len(group), "length"))
-                           if any(last) or not group else ("no episode finished",) * 2)
-        label = spec.name if spec.init_from is None else f"{spec.name} (from {spec.init_from})"
+                           if any(last) or not group else
+                           ("a clone: no episodes",) * 2 if spec.clone else ("no episode finished",) * 2)
+        label = spec.name + (f" (clone of {spec.clone} bot episodes)" if spec.clone else "") + (
+            f" (from {spec.init_from})" if spec.init_from else "")
         lines.append(f"| {label} | {len(group)} | {over_seeds([h[0] for h in hits], len(group), 'frames')} | "
                      f"{over_seeds([h[1] for h in hits], len(group), 'minutes')} | "
                      f"{over_seeds([rows[-1]['frames'] for rows in logs if rows], len(group), 'frames')} | "

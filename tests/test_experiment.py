@@ -2,6 +2,7 @@
 a report of curves and times to the target, and a SLURM array of the same runs."""
 
 import hashlib
+import json
 import math
 import shlex
 import subprocess
@@ -290,8 +291,11 @@ def test_a_run_starts_from_the_same_seed_of_the_run_it_names(tmp_path, capsys, m
     ("  tiny-next:\n    config: {config}\n    init_from: tiny-lora\n    seeds: [1, 2]\n",
      "tiny-lora has no seed 2 to start tiny-next's seed 2 from"),
     ("  bot:\n    agent: bot\n    init_from: tiny\n", "an evaluation-only agent (bot) starts from no run"),
+    ("  bot:\n    agent: bot\n    clone: 5\n", "clone must be a number of bot episodes >= 1 of a trained run (a BC "
+                                             "config), got 5 with agent bot"),
+    ("  c:\n    config: {config}\n    clone: 0\n", "runs.c.clone must be a number of bot episodes >= 1"),
 ])
-def test_init_from_names_an_earlier_trained_run_with_the_seeds(tmp_path, capsys, entry, message):
+def test_init_from_and_clone_are_checked_before_any_run(tmp_path, capsys, entry, message):
     exp = curriculum_experiment(tmp_path, entry.format(config=tmp_path / "tiny.yaml"))
     assert main(["experiment", str(exp)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -315,3 +319,41 @@ def test_a_runs_own_override_of_a_shared_setting_wins(tmp_path):
     tiny = experiment.runs["tiny"]
     cfg = load_train_config(tiny.config, train_overrides(experiment, tiny, 2))
     assert (cfg.env.id, cfg.ppo.total_frames, cfg.env.seed) == ("BabyAI-GoToLocalS6N3-v0", 32, 2)
+
+
+CLONE = """out: {out}
+env: BabyAI-GoToObjS4-v0
+frames: 32
+runs:
+  clone:
+    config: {bc}
+    clone: 3
+  clone-ppo:
+    config: {tiny}
+    init_from: clone
+"""
+
+
+def test_a_clone_run_learns_from_bot_demonstrations_it_records_once(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    (tmp_path / "bc.yaml").write_text("model:\n  name: tiny-llama\n  device: cpu\nprompt:\n  nbr_obs: 1\n"
+                                      "run:\n  tensorboard: false\nbc:\n  batch_size: 2\n  log_every: 2\n")
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(CLONE.format(out=tmp_path / "out", bc=tmp_path / "bc.yaml", tiny=tmp_path / "tiny.yaml"))
+    assert main(["experiment", str(exp)]) == 0
+    out = tmp_path / "out"
+    demos = out / "clone-seed1-demos.jsonl"
+    records = [line for line in demos.read_text().splitlines() if line.strip()]
+    assert {json.loads(line)["episode"] for line in records} == {0, 1, 2}  # 3 bot episodes, nbr_obs 1
+    assert RunDir(out / "clone-seed1").read_log()[-1]["frames"] == len(records)  # one epoch over them
+    assert RunDir(out / "clone-ppo-seed1").read_config().agent.init_from == str(out / "clone-seed1")
+    report = (out / "report.md").read_text()
+    assert "| clone (clone of 3 bot episodes) | 1 |" in report and "| clone-ppo (from clone) | 1 |" in report
+    capsys.readouterr()
+
+    # demonstrations removed (results/ keeps runs without them): recorded again, the same, and the clone is finished
+    kept = demos.read_bytes()
+    demos.unlink()
+    assert main(["experiment", str(exp)]) == 0
+    assert capsys.readouterr().out.count("finished, skipped") == 2 and demos.read_bytes() == kept

@@ -18,16 +18,21 @@ SHIPPED = sorted(Path("configs/experiments").glob("*.yaml"))
 FRAMES = 32
 
 
-def shrunk_overrides(config: str, overrides: list[str]) -> list[str]:
-    """The run's own overrides, then what makes it tiny: 2 envs, a 2-block random model, 16-frame updates."""
+def shrunk_overrides(config: str, overrides: list[str], clone: bool = False) -> list[str]:
+    """The run's own overrides, then what makes it tiny: 2 envs, a 2-block random model, 16-frame updates (a
+    clone: batches of 4 records)."""
     cfg = load_train_config(config, overrides)
     frames = agent_kind(cfg.agent.kind).trainer.frames_field  # a run's own frames (a curriculum's first step) too
-    tiny = ["env.num_envs=2", "run.eval_episodes=0", "run.tensorboard=false", f"{frames}={FRAMES}"]
-    if cfg.agent.kind == "drrn":
+    tiny = ["env.num_envs=2", "run.eval_episodes=0", "run.tensorboard=false"]
+    if clone:
+        tiny += ["bc.batch_size=4"]
+    elif cfg.agent.kind == "drrn":
         tiny += ["drrn.learning_starts=4", "drrn.batch_size=4", "drrn.log_every=8"]
     else:
         steps = max(8, cfg.symbolic.recurrence) if cfg.agent.kind == "symbolic" else 8
         tiny += [f"ppo.num_steps={steps}", f"ppo.minibatch_size={steps}", "ppo.epochs=1"]
+    if not clone:
+        tiny.append(f"{frames}={FRAMES}")
     if cfg.agent.kind == "llm":
         tiny += ["model.name=tiny-llama", "model.compile=false"]
         if cfg.model.train_layers is not None:
@@ -45,7 +50,9 @@ def shrink(path: Path, out: Path) -> Path:
         if "agent" in spec:
             spec["episodes"] = 2
         else:
-            spec["overrides"] = shrunk_overrides(spec["config"], spec.get("overrides", []))
+            spec["overrides"] = shrunk_overrides(spec["config"], spec.get("overrides", []), "clone" in spec)
+            if "clone" in spec:
+                spec["clone"] = 2
     tiny = out.parent / f"tiny_{path.name}"
     tiny.write_text(yaml.safe_dump(data, sort_keys=False))
     return tiny
@@ -73,11 +80,15 @@ def test_shipped_experiment_runs_end_to_end_shrunk(path, tmp_path, monkeypatch, 
         run = tmp_path / "out" / f"{name}-seed{spec['seeds'][0]}"
         if "agent" in spec:
             assert (run / "eval.json").is_file()
+        elif "clone" in spec:  # one epoch over the records of its demonstrations
+            demos = tmp_path / "out" / f"{name}-seed{spec['seeds'][0]}-demos.jsonl"
+            assert RunDir(run).read_log()[-1]["frames"] == len(demos.read_text().splitlines()) > 0, name
         else:
             assert RunDir(run).read_log()[-1]["frames"] >= FRAMES, name
     report = (tmp_path / "out" / "report.md").read_text()
     rows = [line.split(" | ")[0] for line in report.splitlines() if line.startswith("| ")]
     for name, spec in data["runs"].items():  # "| NAME", "| NAME (from SOURCE)", "| NAME (evaluated)"
-        label = f"{name} (from {spec['init_from']})" if "init_from" in spec else name
+        label = name + (f" (clone of {spec['clone']} bot episodes)" if "clone" in spec else "") + (
+            f" (from {spec['init_from']})" if "init_from" in spec else "")
         assert f"| {label}" in rows or f"| {name} (evaluated)" in rows, (name, rows)
     capsys.readouterr()
