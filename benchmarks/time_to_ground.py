@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from glamrl.eval.provenance import machine
 from glamrl.experiment import time_to_target
 from glamrl.run.dir import RunDir
 
@@ -33,13 +33,6 @@ VARIANTS = {
     "lora": ["model.train_layers=null", "model.lora=true", "model.lora_r=8", "ppo.lr=3.0e-4"],
     "full": ["model.train_layers=null", "ppo.lr=1.0e-5"],
 }
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 def ground(variant: str, args: argparse.Namespace) -> dict:
@@ -79,12 +72,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/time_to_ground.json"))
     parser.add_argument("overrides", nargs="*", help="config overrides for every variant, e.g. ppo.value_norm=true")
     args = parser.parse_args()
-    print(f"CPU: {cpu_name()}; {CONFIG}, target success {args.target}, cap {args.minutes} min per variant", flush=True)
+    print(f"CPU: {machine()['cpu']}; {CONFIG}, target success {args.target}, cap {args.minutes} min per variant", flush=True)
     results = []
     for variant in args.variants.split(","):
         results.append(ground(variant, args))
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"cpu": cpu_name(), "args": vars(args) | {"out": str(args.out)},
+        args.out.write_text(json.dumps({"cpu": machine()['cpu'], "args": vars(args) | {"out": str(args.out)},
                                         "results": results}, indent=2))
     print(f"\n| variant | frames to {args.target} | training minutes to {args.target} | collection min | "
           f"update min | loading + evaluations min | wall min | last success | last length |")

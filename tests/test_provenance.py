@@ -1,14 +1,18 @@
 """Every result file says where it came from: `glamrl eval`, its suites, and a run's eval_before/eval_after."""
 
 import json
+import os
 import re
 from importlib import metadata
 
 import pytest
+import torch
 
 from glamrl.cli import main
 from glamrl.config import load_train_config
 from glamrl.eval import provenance as prov
+from glamrl.eval.provenance import SPEED_FLAGS
+from glamrl.llm.precision import cpu_fields, cpu_flags
 from glamrl.rollout import eval_seed
 from glamrl.trainers.ppo import train_ppo
 
@@ -23,6 +27,21 @@ LEVEL = {"id": "BabyAI-TurnToObject-v0", "task": None, "language": "en", "max_st
 def check_common(record):
     assert record["glamrl_version"] == metadata.version("glamrl")
     assert record["git_commit"] is None or re.fullmatch(r"[0-9a-f]{40}", record["git_commit"])
+    machine = record["machine"]  # what ran it, as /proc/cpuinfo and torch say
+    assert machine["torch"] == torch.__version__ and machine["cpus"] == len(os.sched_getaffinity(0))
+    flags = set(cpu_flags())
+    assert machine["cpu_flags"] == [f for f in SPEED_FLAGS if f in flags] and set(machine["cpu_flags"]) <= flags
+    assert machine["cpu"].startswith(cpu_fields().get("model name", "unknown CPU"))
+
+
+def test_the_machine_record_reads_the_first_cpu_of_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
+                       "model name\t: AMD EPYC\nflags\t\t: fpu avx2 sse\n\nprocessor\t: 1\nmodel name\t: Other\n"
+                       "flags\t\t: avx512f\n")
+    assert cpu_fields(cpuinfo)["model name"] == "AMD EPYC" and cpu_fields(cpuinfo)["cpu family"] == "25"
+    assert cpu_flags(cpuinfo) == {"fpu", "avx2", "sse"}
+    assert cpu_fields(tmp_path / "none") == {} and cpu_flags(tmp_path / "none") == frozenset()
 
 
 @pytest.fixture(scope="module")

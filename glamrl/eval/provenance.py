@@ -4,7 +4,8 @@ evaluations (`eval_before.json`, `eval_after.json`) write under `provenance`.
     {"run_dir": ..., "model": ..., "checkpoint": {"update": ..., "frames": ...}, "greedy": ...,
      "num_envs": ..., "episode_seeds": {"first": ..., "count": ...},
      "level": {"id": ..., "task": ..., "language": ..., "max_steps": ..., "faithful": ...},
-     "agent": ..., "glamrl_version": ..., "git_commit": ...}
+     "agent": ..., "glamrl_version": ..., "git_commit": ...,
+     "machine": {"cpu": ..., "cpu_flags": [...], "cpus": ..., "torch": ...}}
 
 `checkpoint` names a trained agent's checkpoint by its last log row (`Progress.log_rows`, the `update` column of
 log.csv) and its frames. `glamrl results` keys its pooling on it (`glamrl.eval.results`): two files that differ in level, agent
@@ -45,7 +46,31 @@ def provenance(cfg: TrainConfig, *, run_dir: Path | None, progress: Progress | N
         "agent": cfg.agent.kind,
         "glamrl_version": glamrl_version(),
         "git_commit": git_commit(),
+        "machine": machine(),
     }
+
+
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+"""The CPU flags that decide glamrl's speed on a CPU (the bf16 choice of `model.compute_dtype=auto`, the vector
+width), as /proc/cpuinfo spells them."""
+
+
+@functools.cache
+def machine() -> dict[str, Any]:
+    """What ran it: the CPU as /proc/cpuinfo names it, with its family and model numbers (which tell generations
+    apart where a virtual machine names only the maker, "AMD EPYC") and its `SPEED_FLAGS`; the CPUs this process
+    may use; torch's version."""
+    import os
+
+    import torch
+
+    from glamrl.llm.precision import cpu_fields
+
+    cpu = cpu_fields()
+    numbers = [f"{key} {cpu[key]}" for key in ("cpu family", "model") if key in cpu]
+    name = cpu.get("model name", "unknown CPU") + (f" ({', '.join(numbers)})" if numbers else "")
+    return {"cpu": name, "cpu_flags": [f for f in SPEED_FLAGS if f in cpu.get("flags", "").split()],
+            "cpus": len(os.sched_getaffinity(0)), "torch": torch.__version__}
 
 
 def write_evaluation(path: Path, cfg: TrainConfig, summary: dict[str, Any], *, run_dir: Path | None,

@@ -54,17 +54,27 @@ def hardware_facts(device: torch.device) -> Hardware:
     return Hardware("cpu", cpu_flags=cpu_flags(), mkldnn_bf16=torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    """The first CPU's `flags` line of /proc/cpuinfo (empty where there is none: not Linux, not x86)."""
+def cpu_fields(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
+    """The first CPU's fields in /proc/cpuinfo ("model name", "cpu family", "flags", ...; empty where there is
+    none: not Linux)."""
     try:
         lines = cpuinfo.read_text().splitlines()
     except OSError:
-        return frozenset()
+        return {}
+    fields: dict[str, str] = {}
     for line in lines:
+        if not line.strip():
+            if fields:  # the first CPU's block ends
+                break
+            continue
         key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return frozenset(value.split())
-    return frozenset()
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The first CPU's `flags` line of /proc/cpuinfo (empty where there is none: not Linux, not x86)."""
+    return frozenset(cpu_fields(cpuinfo).get("flags", "").split())
 
 
 def choose_compute_dtype(config: ModelConfig, device: torch.device) -> tuple[torch.dtype, str]:
