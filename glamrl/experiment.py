@@ -33,6 +33,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from glamrl.config import ConfigError, EnvConfig, from_dict, identity_changes, l
 from glamrl.errors import GlamrlError
 from glamrl.stats import AGGREGATE_TITLES, BOOTSTRAP_REPS, METRICS, interval_over_seeds
 from glamrl.files import write_text, writing
-from glamrl.run.dir import LOG_FILE, MARKER, RunDir
+from glamrl.run.dir import EVAL_AFTER, LOG_FILE, MARKER, RunDir
 
 RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 """A run's name: one folder name (its run directories are OUT/NAME-seedS), never a path."""
@@ -471,8 +472,8 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
              f"rliable's bootstrap over the seeds, {reps} resamples; evaluated agents: over the seeds and their "
              f"episodes, or one seed's episodes]; one seed: its value.", "",
              f"| agent | seeds | frames to {experiment.target:g} | minutes to {experiment.target:g} | "
-             f"frames trained | minutes trained | last success | last mean length |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"frames trained | minutes trained | last success | last mean length | evaluated after training |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 
     def over_seeds(values: list[float], runs: int, metric: str) -> str:
         return _over_seeds(values, runs, metric, aggregate, reps)
@@ -494,11 +495,23 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
                      f"{over_seeds([h[1] for h in hits], len(group), 'minutes')} | "
                      f"{over_seeds([rows[-1]['frames'] for rows in logs if rows], len(group), 'frames')} | "
                      f"{over_seeds([rows[-1]['duration'] / 60 for rows in logs if rows], len(group), 'minutes')} | "
-                     f"{success} | {length} |")
+                     f"{success} | {length} | {evaluated_after(group, over_seeds)} |")
     for name, (seeds, success, length) in evaluated.items():
         lines.append(f"| {name} (evaluated) | {seeds} | | | | | {success.format(METRICS['success'].fmt)} | "
-                     f"{length.format(METRICS['length'].fmt)} |")
+                     f"{length.format(METRICS['length'].fmt)} | |")
     return [write_text(md, "\n".join(lines) + "\n"), *(plots if dirs else [])]
+
+
+def evaluated_after(group: list[Path], over_seeds: Callable[[list[float], int, str], str]) -> str:
+    """The runs' own evaluations after training (RUN_DIR/eval_after.json, run.eval_episodes): "success in length
+    steps (N episodes)" over the seeds that have one, as `over_seeds` writes them; "" where none has."""
+    results = [read_eval(d / EVAL_AFTER) for d in group if (d / EVAL_AFTER).exists()]
+    if not results:
+        return ""
+    episodes = sorted({r["episodes"] for r in results})
+    return (f"{over_seeds([r['success_rate'] for r in results], len(group), 'success')} in "
+            f"{over_seeds([r['mean_length'] for r in results], len(group), 'length')} steps "
+            f"({'/'.join(map(str, episodes))} episodes)")
 
 
 def _over_seeds(values: list[float], runs: int, metric: str, aggregate: str, reps: int) -> str:

@@ -13,6 +13,7 @@ import pytest
 
 from glamrl.cli import main
 from glamrl.experiment import time_to_target
+from glamrl.stats import METRICS
 from glamrl.run.dir import RunDir
 
 TINY = """run:
@@ -256,7 +257,7 @@ def curriculum_experiment(tmp_path, next_run: str) -> Path:
 NEXT = """  tiny-next:
     config: {config}
     init_from: tiny
-    overrides: [ppo.lr=1.0e-12]
+    overrides: [ppo.lr=1.0e-12, run.eval_episodes=2]
     seeds: [2]
 """
 
@@ -280,8 +281,12 @@ def test_a_run_starts_from_the_same_seed_of_the_run_it_names(tmp_path, capsys, m
     weights = {name: RunDir(out / name).load_checkpoint().policy for name in ("tiny-seed2", "tiny-next-seed2")}
     moved = max((weights["tiny-next-seed2"][k] - w).abs().max().item() for k, w in weights["tiny-seed2"].items())
     assert moved < 1e-6  # lr 1e-12: it ends where it started, at seed 2's trained weights
-    assert "| tiny-next (from tiny) | 1 |" in (main(["experiment", str(exp), "--report"]) == 0
-                                               and (out / "report.md").read_text())
+    assert main(["experiment", str(exp), "--report"]) == 0
+    row = next(line for line in (out / "report.md").read_text().splitlines() if line.startswith("| tiny-next "))
+    after = json.loads((out / "tiny-next-seed2" / "eval_after.json").read_text())  # its own evaluation
+    assert row.startswith("| tiny-next (from tiny) | 1 |")
+    assert row.endswith(f"| {after['success_rate']:{METRICS['success'].fmt}} in "
+                        f"{after['mean_length']:{METRICS['length'].fmt}} steps (2 episodes) |"), row
 
 
 @pytest.mark.parametrize(("entry", "message"), [

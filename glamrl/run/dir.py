@@ -73,6 +73,8 @@ TB_DIR = "tb"
 CURVES_FILE = "curves.png"
 PROBES_PLOT = "probes.png"
 LOCK_FILE = ".lock"
+EVAL_BEFORE, EVAL_AFTER = "eval_before.json", "eval_after.json"
+"""The run's own evaluations before and after training (run.eval_episodes > 0): results derived from it."""
 RUN_DATA = (CONFIG_FILE, HISTORY_FILE, LOG_FILE, PROBES_FILE, CHECKPOINTS, TB_DIR, LOCK_FILE)
 """What a run needs to resume: never an output of another command."""
 RUN_FILES = (*RUN_DATA, CURVES_FILE)

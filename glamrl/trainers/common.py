@@ -47,7 +47,7 @@ from glamrl.parallel import distributed, sharding
 from glamrl.rollout import eval_seed, run_episodes, summarize
 from glamrl.run import checkpoint
 from glamrl.run.checkpoint import Checkpoint, Progress, rng_state, seed_everything, set_rng_state
-from glamrl.run.dir import RunDir
+from glamrl.run.dir import EVAL_AFTER, EVAL_BEFORE, RunDir
 from glamrl.run.log import RunLogger
 from glamrl.run.trackers import check_installed, open_tracker
 
@@ -140,7 +140,7 @@ class Session:
                 self.say(f"{key}: {r.value} ({r.why})")
             self.run.write_config(self.cfg, resolved)
             self.compiled_blocks = getattr(model, "compiled_blocks", None)
-        success = (report_success(self.cfg, model, when, self.say, self._saver("eval_before.json", Progress()))
+        success = (report_success(self.cfg, model, when, self.say, self._saver(EVAL_BEFORE, Progress()))
                    if self.resumed is None else None)
         if self.is_main:
             run = self.cfg.run  # the tracker gets config.yaml as recorded, `resolved` included
@@ -175,7 +175,7 @@ class Session:
             self.logger.close(plot_runs([self.run.path], self.run.curves, metrics=curves))
         return TrainResult(self.run.path, log_rows, trainer(self.trainer).row, frames, success_before,
                            report_success(self.cfg, model, when, self.say,
-                                          self._saver("eval_after.json", Progress(log_rows, frames))))
+                                          self._saver(EVAL_AFTER, Progress(log_rows, frames))))
 
     def _saver(self, name: str, progress: Progress) -> Callable[[dict[str, Any]], Any] | None:
         """Rank 0: what saves an evaluation summary of the model at `progress` as the run directory's `name`."""
