@@ -72,7 +72,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/time_to_ground.json"))
     parser.add_argument("overrides", nargs="*", help="config overrides for every variant, e.g. ppo.value_norm=true")
     args = parser.parse_args()
-    print(f"CPU: {machine()['cpu']}; {CONFIG}, target success {args.target}, cap {args.minutes} min per variant", flush=True)
+    print(f"CPU: {machine()['cpu']}; {CONFIG}, target success {args.target}, cap {args.minutes} min per variant",
+          flush=True)
     results = []
     for variant in args.variants.split(","):
         results.append(ground(variant, args))

@@ -12,7 +12,8 @@ log has all its frames (or its time) is skipped; an unfinished one resumes; one 
 experiment's run under the same out and name) is reported and left alone, in training and in the report;
 so the experiment can be spread over sittings or machines, and each SLURM array task trains one
 run (`--task I`). Evaluation-only agents (random, bot) are evaluated once, with `glamrl eval`. A run may start
-from another run of the experiment (`init_from`, a curriculum), trained before it.
+from another run of the experiment (`init_from`, a curriculum), trained before it, and may be a clone of the
+bot (`clone`: `glamrl demos`, then `glamrl bc`), which a later run continues with PPO.
 
 The report (OUT/report.md, OUT/success_frames.png, OUT/success_minutes.png): success rate and
 mean episode length of the training episodes against frames and against wall-clock minutes, and
@@ -140,9 +141,9 @@ class Experiment:
                                           for name, spec in self.runs.items()})
         names = list(self.runs)
         for position, spec in enumerate(self.runs.values()):
-            source = self.runs.get(spec.init_from)
             if spec.init_from is None:
                 continue
+            source = self.runs.get(spec.init_from)
             if spec.init_from not in names[:position] or source.agent is not None:
                 raise ConfigError(f"runs.{spec.name}.init_from must name a trained run listed before "
                                   f"{spec.name}, got {spec.init_from!r}")
@@ -221,7 +222,7 @@ def train_overrides(experiment: Experiment, spec: RunSpec, seed: int) -> list[st
     shared = [f"env.seed={seed}"]
     if experiment.env is not None:
         shared.append(f"env.id={experiment.env}")
-    if experiment.frames is not None and spec.clone is None:  # ppo.total_frames, drrn.total_frames: the budget of the kind's loop
+    if experiment.frames is not None and spec.clone is None:  # ppo.total_frames, drrn.total_frames: the loop's budget
         shared.append(f"{kind.trainer.frames_field}={experiment.frames}")
     if experiment.minutes is not None:
         shared.append(f"run.max_minutes={experiment.minutes}")
