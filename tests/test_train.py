@@ -28,9 +28,13 @@ TINY = [
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-# train_layers=1 (top block of 2, final norm, LM head, value head; embeddings and block 0 frozen and cached):
-# seed 1 went 0.165 -> 1.000 (1.0 from update 49 on); seed 3 sat near 0.5 at 60 updates, 2 blocks: 0.995.
-@pytest.mark.parametrize("extra", [[], ["model.train_layers=1", "env.seed=1"]], ids=["full", "train_layers"])
+# float32 on every CPU (auto picks bf16 on AVX-512 BF16 and AMX, so the trajectories would differ by machine).
+# train_layers=1 (top block of 2, final norm, LM head, value head; embeddings and block 0 frozen and cached), in
+# float32 on a 2-core AVX2 AMD EPYC (2026-12-02): seeds 2, 3, 4, 5 reached 1.0, 0.995, 1.0, 1.0; seed 1 0.855
+# (in bf16 on AVX-512 BF16 it had reached 1.0).
+@pytest.mark.parametrize("extra", [["model.compute_dtype=float32"],
+                                   ["model.compute_dtype=float32", "model.train_layers=1", "env.seed=2"]],
+                         ids=["full", "train_layers"])
 def test_ppo_learns_to_turn_towards_the_object_named_in_the_text(tmp_path, extra):
     # 60 updates: seeds 1, 3, 5 reached >= 0.97 (seeds 2, 4: >= 0.99 by 40 updates; seed 3 sat at 0.6 there)
     given = {o.partition("=")[0] for o in extra}
