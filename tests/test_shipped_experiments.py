@@ -22,7 +22,6 @@ def shrunk_overrides(config: str, overrides: list[str], clone: bool = False) -> 
     """The run's own overrides, then what makes it tiny: 2 envs, a 2-block random model, 16-frame updates (a
     clone: batches of 4 records)."""
     cfg = load_train_config(config, overrides)
-    frames = agent_kind(cfg.agent.kind).trainer.frames_field  # a run's own frames (a curriculum's first step) too
     tiny = ["env.num_envs=2", "run.eval_episodes=0", "run.tensorboard=false"]
     if clone:
         tiny += ["bc.batch_size=4"]
@@ -31,8 +30,8 @@ def shrunk_overrides(config: str, overrides: list[str], clone: bool = False) -> 
     else:
         steps = max(8, cfg.symbolic.recurrence) if cfg.agent.kind == "symbolic" else 8
         tiny += [f"ppo.num_steps={steps}", f"ppo.minibatch_size={steps}", "ppo.epochs=1"]
-    if not clone:
-        tiny.append(f"{frames}={FRAMES}")
+    if not clone:  # a run's own frames too (a curriculum's first step)
+        tiny.append(f"{agent_kind(cfg.agent.kind).trainer.frames_field}={FRAMES}")
     if cfg.agent.kind == "llm":
         tiny += ["model.name=tiny-llama", "model.compile=false"]
         if cfg.model.train_layers is not None:

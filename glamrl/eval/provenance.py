@@ -17,10 +17,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from glamrl.config import EnvConfig, TrainConfig
 from glamrl.files import write_text
@@ -60,10 +63,6 @@ def machine() -> dict[str, Any]:
     """What ran it: the CPU as /proc/cpuinfo names it, with its family and model numbers (which tell generations
     apart where a virtual machine names only the maker, "AMD EPYC") and its `SPEED_FLAGS`; the CPUs this process
     may use; torch's version."""
-    import os
-
-    import torch
-
     from glamrl.llm.precision import cpu_fields
 
     cpu = cpu_fields()
