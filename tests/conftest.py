@@ -1,6 +1,8 @@
 """Tests never reach a model hub: everything they load is built locally or shipped in a wheel."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -27,3 +29,21 @@ def no_fast_bf16(monkeypatch):
     from glamrl.llm import precision
 
     monkeypatch.setattr(precision, "hardware_facts", lambda device: precision.Hardware(device.type))
+
+
+@pytest.fixture
+def runs_in_process(monkeypatch):
+    """`glamrl experiment`'s runs (`python -m glamrl.cli ...` commands) run in this process: one interpreter start
+    instead of one per run. The runner's own subprocess path is tested in test_experiment.py."""
+    from glamrl import experiment
+    from glamrl.cli import main
+
+    real_run = subprocess.run
+    glamrl = [sys.executable, "-m", "glamrl.cli"]
+
+    def run(command, *args, **kwargs):
+        if list(command[:3]) != glamrl:
+            return real_run(command, *args, **kwargs)
+        return subprocess.CompletedProcess(command, main(command[3:]))
+
+    monkeypatch.setattr(experiment.subprocess, "run", run)  # the module's, seen by all

@@ -262,10 +262,7 @@ NEXT = """  tiny-next:
 """
 
 
-def test_a_run_starts_from_the_same_seed_of_the_run_it_names(tmp_path, capsys, monkeypatch):
-    import torch
-
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+def test_a_run_starts_from_the_same_seed_of_the_run_it_names(tmp_path, capsys, one_thread, runs_in_process):
     exp = curriculum_experiment(tmp_path, NEXT.format(config=tmp_path / "tiny.yaml"))
     out = tmp_path / "out"
     # its seed's run is not trained yet and not trained before it by this call: refused before any run
@@ -339,8 +336,7 @@ runs:
 """
 
 
-def test_a_clone_run_learns_from_bot_demonstrations_it_records_once(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+def test_a_clone_run_learns_from_bot_demonstrations_it_records_once(tmp_path, capsys, one_thread, runs_in_process):
     (tmp_path / "tiny.yaml").write_text(TINY)
     (tmp_path / "bc.yaml").write_text("model:\n  name: tiny-llama\n  device: cpu\nprompt:\n  nbr_obs: 1\n"
                                       "run:\n  tensorboard: false\nbc:\n  batch_size: 2\n  log_every: 2\n")

@@ -1,8 +1,6 @@
 """Every experiment file shipped in configs/experiments/ runs end to end, shrunk: the same runs, agents, levels and
 overrides, with a tiny model, a few frames and a few evaluation episodes, then the report."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +9,6 @@ import yaml
 from glamrl.agents.registry import agent_kind
 from glamrl.cli import main
 from glamrl.config import load_train_config
-from glamrl import experiment as experiment_module
 from glamrl.run.dir import RunDir
 
 SHIPPED = sorted(Path("configs/experiments").glob("*.yaml"))
@@ -57,21 +54,8 @@ def shrink(path: Path, out: Path) -> Path:
     return tiny
 
 
-GLAMRL = [sys.executable, "-m", "glamrl.cli"]
-real_run = subprocess.run
-
-
-def in_process(command, *args, **kwargs):
-    """`subprocess.run`, but the runner's `python -m glamrl.cli ...` commands run in this process (the runner's
-    own subprocess path is tested in test_experiment.py): one interpreter start instead of one per run."""
-    if list(command[:3]) != GLAMRL:
-        return real_run(command, *args, **kwargs)
-    return subprocess.CompletedProcess(command, main(command[3:]))
-
-
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
-def test_shipped_experiment_runs_end_to_end_shrunk(path, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(experiment_module.subprocess, "run", in_process)  # the module's, seen by all
+def test_shipped_experiment_runs_end_to_end_shrunk(path, tmp_path, capsys, runs_in_process):
     tiny = shrink(path, tmp_path / "out")
     assert main(["experiment", str(tiny)]) == 0
     data = yaml.safe_load(tiny.read_text())
