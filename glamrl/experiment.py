@@ -13,7 +13,9 @@ experiment's run under the same out and name) is reported and left alone, in tra
 so the experiment can be spread over sittings or machines, and each SLURM array task trains one
 run (`--task I`). Evaluation-only agents (random, bot) are evaluated once, with `glamrl eval`. A run may start
 from another run of the experiment (`init_from`, a curriculum), trained before it, and may be a clone of the
-bot (`clone`: `glamrl demos`, then `glamrl bc`), which a later run continues with PPO.
+bot (`clone`: `glamrl demos`, then `glamrl bc`), which a later run continues with PPO. A run may also play a
+generalisation suite once it is trained (`suite`: `glamrl eval --suite`, RUN/suite.json), and so may the
+evaluation-only agents, on the same level and episodes.
 
 The report (OUT/report.md, OUT/success_frames.png, OUT/success_minutes.png): success rate and
 mean episode length of the training episodes against frames and against wall-clock minutes, and
@@ -22,7 +24,8 @@ whose training episodes reached it) and the frames and minutes each trained in a
 stops short of the experiment's frames): the IQM over seeds (`--aggregate mean`: the mean; the IQM
 of fewer than 4 seeds is their mean) with rliable's 95% bootstrap interval over the seeds, where
 there are several. Evaluation-only agents get theirs over seeds and episodes (one seed: over its
-episodes), as in `glamrl results`.
+episodes), as in `glamrl results`. Where runs played a suite, the report ends with its table over seeds, the one
+`glamrl results` makes of their suite.json files (also written as OUT/suite/results.md, .csv and .png).
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ from glamrl.stats import AGGREGATE_TITLES, BOOTSTRAP_REPS, METRICS, interval_ove
 from glamrl.files import write_text, writing
 from glamrl.run.dir import EVAL_AFTER, LOG_FILE, MARKER, RunDir
 
+SUITE_FILE = "suite.json"
+"""A run's generalisation suite (`RunSpec.suite`), in its run directory."""
 RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 """A run's name: one folder name (its run directories are OUT/NAME-seedS), never a path."""
 
@@ -76,6 +81,12 @@ class RunSpec:
     """bot episodes to clone: the run is `glamrl bc` (its config a BC config, configs/bc*.yaml) on the bot's
     demonstrations of the experiment's level, recorded first by `glamrl demos` (`demos_file`), in place of
     `glamrl train`; its budget is bc.epochs passes over them (the experiment's frames do not apply)."""
+    suite: str | None = None
+    """a generalisation suite (`glamrl eval --suite`: paper, french, all) that the run plays once it is trained
+    (an evaluation-only agent: once it is evaluated), `suite_episodes` episodes per test on the run's level and
+    the evaluation episodes of its seed, into RUN/suite.json (`SUITE_FILE`); null: none."""
+    suite_episodes: int = 100
+    """episodes per test of `suite`."""
     init_from: str | None = None
     """the name of a trained run listed before this one (a curriculum: a run on an easier level): each seed starts
     from that run's directory of the same seed (agent.init_from), which must be finished first."""
@@ -103,6 +114,12 @@ class RunSpec:
                               f"got {self.clone}" + (f" with agent {self.agent}" if self.agent else ""))
         if self.agent is not None and self.init_from is not None:
             raise ConfigError(f"{where}.init_from: an evaluation-only agent ({self.agent}) starts from no run")
+        from glamrl.eval.suite import SUITES
+
+        if self.suite is not None and self.suite not in SUITES:
+            raise ConfigError(f"{where}.suite must be one of {', '.join(SUITES)} or null, got {self.suite!r}")
+        if self.suite_episodes < 1:
+            raise ConfigError(f"{where}.suite_episodes must be an integer >= 1, got {self.suite_episodes}")
 
 
 @dataclass(frozen=True)
@@ -309,8 +326,26 @@ def demos_command(experiment: Experiment, spec: RunSpec, seed: int) -> list[str]
             "--out", str(demos_file(experiment, spec, seed))]
 
 
+def suite_command(experiment: Experiment, spec: RunSpec, seed: int) -> list[str]:
+    """The `glamrl eval --suite` command line of a run's suite (`RunSpec.suite`): the trained agent of its run
+    directory on its own level, or the evaluation-only agent on the experiment's; the evaluation episodes of
+    `seed`, so every agent of the experiment plays the same ones."""
+    directory = run_dir(experiment, spec, seed)
+    agent = (["--agent", spec.agent, "--env", experiment.env or EnvConfig.id] if spec.agent is not None
+             else ["--run", str(directory)])
+    return [sys.executable, "-m", "glamrl.cli", "eval", *agent, "--suite", spec.suite,
+            "--episodes", str(spec.suite_episodes), "--seed", str(seed), "--out", str(directory / SUITE_FILE)]
+
+
+def suite_played(directory: Path) -> bool:
+    """Whether RUN/suite.json holds a whole suite (one stopped early says `complete: false` and is played again)."""
+    path = directory / SUITE_FILE
+    return path.exists() and read_eval(path).get("complete") is True
+
+
 def run_tasks(experiment: Experiment, indices: list[int] | None = None, say=print) -> None:
-    """Train or evaluate the runs not yet finished (all, or the task ids `indices`), one after another."""
+    """Train or evaluate the runs not yet finished (all, or the task ids `indices`), one after another, each
+    followed by its suite where it has one not yet played."""
     chosen = range(len(experiment.tasks)) if indices is None else indices
     if missing := [i for i in chosen if not 0 <= i < len(experiment.tasks)]:  # all of them, before any run
         raise ConfigError(f"task {missing[0]} does not exist: the experiment has tasks 0..{len(experiment.tasks) - 1}")
@@ -326,7 +361,8 @@ def run_tasks(experiment: Experiment, indices: list[int] | None = None, say=prin
     mismatched = []
     for i in chosen:
         spec, seed = experiment.tasks[i]
-        name = run_dir(experiment, spec, seed).name
+        directory = run_dir(experiment, spec, seed)
+        name = directory.name
         why = mismatch(experiment, spec, seed)
         if why is not None:
             say(f"[{i}] {name}: mismatch, not trained: {why}")
@@ -336,8 +372,16 @@ def run_tasks(experiment: Experiment, indices: list[int] | None = None, say=prin
             run_command(name, demos_command(experiment, spec, seed), i, say)  # first: is_finished counts them
         if is_finished(experiment, spec, seed):
             say(f"[{i}] {name}: finished, skipped")
+        else:
+            run_command(name, task_command(experiment, spec, seed), i, say)
+        if spec.suite is None or suite_played(directory):
             continue
-        run_command(name, task_command(experiment, spec, seed), i, say)
+        if spec.agent is None and not any(p.exists() for p in (RunDir(directory).last_checkpoint,
+                                                                RunDir(directory).backup_checkpoint)):
+            say(f"[{i}] {name}: suite not played: the run keeps no checkpoint (a run kept in results/); train it "
+                f"under another out to play it")
+            continue
+        run_command(name, suite_command(experiment, spec, seed), i, say)
     if mismatched:
         raise ExperimentError(f"{', '.join(mismatched)} hold{'s' if len(mismatched) == 1 else ''} another "
                               f"experiment's run (see above): give the experiment another out or run names")
@@ -442,11 +486,12 @@ def read_eval(path: Path) -> dict[str, Any]:
 
 
 def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP_REPS) -> list[Path]:
-    """The plots and the table of every run trained so far (unfinished runs are drawn as far as they got), with
-    `aggregate` ("iqm" or "mean") over seeds and `reps` bootstrap resamples for the intervals; returns the files
-    written (`report_files`: the plots only when there are runs to draw)."""
+    """The plots and the table of every run trained so far (unfinished runs are drawn as far as they got), then the
+    table of the suites played, with `aggregate` ("iqm" or "mean") over seeds and `reps` bootstrap resamples for
+    the intervals; returns the files written (`report_files`: the plots only when there are runs to draw; the
+    suite's files under OUT/suite/ when runs played one)."""
     from glamrl.eval.plot import plot_runs
-    from glamrl.eval.results import estimate
+    from glamrl.eval.results import estimate, write_results
 
     trained = [(spec, [run_dir(experiment, spec, s) for s in spec.seeds
                        if (run_dir(experiment, spec, s) / LOG_FILE).exists() and mismatch(experiment, spec, s) is None])
@@ -500,7 +545,14 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
     for name, (seeds, success, length) in evaluated.items():
         lines.append(f"| {name} (evaluated) | {seeds} | | | | | {success.format(METRICS['success'].fmt)} | "
                      f"{length.format(METRICS['length'].fmt)} | |")
-    return [write_text(md, "\n".join(lines) + "\n"), *(plots if dirs else [])]
+    suites = [run_dir(experiment, spec, s) / SUITE_FILE for spec, s in experiment.tasks
+              if spec.suite is not None and mismatch(experiment, spec, s) is None
+              and suite_played(run_dir(experiment, spec, s))]
+    tables = []
+    if suites:
+        table, tables = write_results(suites, experiment.out / "suite", aggregate, reps)
+        lines += ["", f"## Generalisation suite ({len(suites)} runs' suite.json; `glamrl results`)", "", table]
+    return [write_text(md, "\n".join(lines) + "\n"), *(plots if dirs else []), *tables]
 
 
 def evaluated_after(group: list[Path], over_seeds: Callable[[list[float], int, str], str]) -> str:

@@ -296,6 +296,8 @@ def test_a_run_starts_from_the_same_seed_of_the_run_it_names(tmp_path, capsys, o
     ("  bot:\n    agent: bot\n    clone: 5\n", "clone must be a number of bot episodes >= 1 of a trained run (a BC "
                                              "config), got 5 with agent bot"),
     ("  c:\n    config: {config}\n    clone: 0\n", "runs.c.clone must be a number of bot episodes >= 1"),
+    ("  bot:\n    agent: bot\n    suite: papers\n", "runs.bot.suite must be one of paper, "),
+    ("  bot:\n    agent: bot\n    suite: paper\n    suite_episodes: 0\n", "runs.bot.suite_episodes must be an integer"),
 ])
 def test_init_from_and_clone_are_checked_before_any_run(tmp_path, capsys, entry, message):
     exp = curriculum_experiment(tmp_path, entry.format(config=tmp_path / "tiny.yaml"))
@@ -358,3 +360,58 @@ def test_a_clone_run_learns_from_bot_demonstrations_it_records_once(tmp_path, ca
     demos.unlink()
     assert main(["experiment", str(exp)]) == 0
     assert capsys.readouterr().out.count("finished, skipped") == 2 and demos.read_bytes() == kept
+
+
+SUITE = """out: {out}
+env: BabyAI-GoToObjS4-v0
+frames: 32
+runs:
+  tiny:
+    config: {tiny}
+    suite: paper
+    suite_episodes: 1
+  random:
+    agent: random
+    episodes: 2
+    suite: paper
+    suite_episodes: 1
+"""
+
+
+def test_trained_and_evaluated_agents_play_the_suite_on_the_same_episodes_once(tmp_path, capsys, one_thread,
+                                                                                runs_in_process):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(SUITE.format(out=tmp_path / "out", tiny=tmp_path / "tiny.yaml"))
+    assert main(["experiment", str(exp)]) == 0
+    out = tmp_path / "out"
+    suites = {name: json.loads((out / f"{name}-seed1" / "suite.json").read_text()) for name in ("tiny", "random")}
+    assert all(s["complete"] and s["episodes_per_test"] == 1 for s in suites.values())
+    assert suites["tiny"]["provenance"]["run_dir"] == str(out / "tiny-seed1")  # the trained agent
+    assert suites["tiny"]["tests"].keys() == suites["random"]["tests"].keys()
+    assert suites["tiny"]["eval_seed"] == suites["random"]["eval_seed"]  # the same episodes
+    report = (out / "report.md").read_text()
+    table = report[report.index("## Generalisation suite (2 runs' suite.json"):]
+    assert "run tiny" in table and "random" in table and (out / "suite" / "results.md").exists()
+    assert all(f"| {test} " in table for test in suites["tiny"]["tests"])
+    capsys.readouterr()
+
+    # a rerun plays nothing again; a suite that stopped early is played again
+    played = {name: digest(out / f"{name}-seed1" / "suite.json") for name in suites}
+    assert main(["experiment", str(exp)]) == 0
+    assert capsys.readouterr().out.count("finished, skipped") == 2
+    assert played == {name: digest(out / f"{name}-seed1" / "suite.json") for name in suites}
+    stopped = out / "random-seed1" / "suite.json"
+    stopped.write_text(json.dumps({**suites["random"], "complete": False}))
+    assert main(["experiment", str(exp)]) == 0
+    assert json.loads(stopped.read_text())["complete"] is True
+    assert digest(out / "tiny-seed1" / "suite.json") == played["tiny"]
+    capsys.readouterr()
+
+    # a run kept without its checkpoints (results/) cannot play a suite: said, and the others go on
+    (out / "tiny-seed1" / "suite.json").unlink()
+    for checkpoint in (out / "tiny-seed1" / "checkpoints").iterdir():
+        checkpoint.unlink()
+    assert main(["experiment", str(exp)]) == 0
+    assert "[0] tiny-seed1: suite not played: the run keeps no checkpoint" in capsys.readouterr().out
+    assert not (out / "tiny-seed1" / "suite.json").exists()

@@ -1,6 +1,7 @@
 """Every experiment file shipped in configs/experiments/ runs end to end, shrunk: the same runs, agents, levels and
 overrides, with a tiny model, a few frames and a few evaluation episodes, then the report."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,8 @@ def shrink(path: Path, out: Path) -> Path:
     data.update(out=str(out), frames=FRAMES, minutes=None)
     for spec in data["runs"].values():
         spec["seeds"] = spec.get("seeds", [1])[:1]
+        if "suite" in spec:
+            spec["suite_episodes"] = 1
         if "agent" in spec:
             spec["episodes"] = 2
         else:
@@ -61,6 +64,8 @@ def test_shipped_experiment_runs_end_to_end_shrunk(path, tmp_path, capsys, runs_
     data = yaml.safe_load(tiny.read_text())
     for name, spec in data["runs"].items():
         run = tmp_path / "out" / f"{name}-seed{spec['seeds'][0]}"
+        if "suite" in spec:
+            assert json.loads((run / "suite.json").read_text())["complete"], name
         if "agent" in spec:
             assert (run / "eval.json").is_file()
         elif "clone" in spec:  # one epoch over the records of its demonstrations
