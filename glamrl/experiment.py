@@ -338,9 +338,16 @@ def suite_command(experiment: Experiment, spec: RunSpec, seed: int) -> list[str]
 
 
 def suite_played(directory: Path) -> bool:
-    """Whether RUN/suite.json holds a whole suite (one stopped early says `complete: false` and is played again)."""
+    """Whether RUN/suite.json holds a whole suite of the run as it is: one stopped early (`complete: false`), or
+    one of a checkpoint that training has since gone past (the experiment's frames raised), is played again."""
     path = directory / SUITE_FILE
-    return path.exists() and read_eval(path).get("complete") is True
+    if not path.exists():
+        return False
+    data = read_eval(path)
+    played = (data.get("provenance") or {}).get("checkpoint") or {}
+    rows = RunDir(directory).read_log() if (directory / LOG_FILE).exists() else []
+    stale = bool(rows) and "frames" in played and played["frames"] < rows[-1]["frames"]
+    return data.get("complete") is True and not stale
 
 
 def run_tasks(experiment: Experiment, indices: list[int] | None = None, say=print) -> None:

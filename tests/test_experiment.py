@@ -408,6 +408,14 @@ def test_trained_and_evaluated_agents_play_the_suite_on_the_same_episodes_once(t
     assert digest(out / "tiny-seed1" / "suite.json") == played["tiny"]
     capsys.readouterr()
 
+    # more frames: the run trains on, and its suite is played again on the new checkpoint
+    random_suite = digest(stopped)
+    exp.write_text(exp.read_text().replace("frames: 32", "frames: 64"))
+    assert main(["experiment", str(exp)]) == 0
+    assert json.loads((out / "tiny-seed1" / "suite.json").read_text())["provenance"]["checkpoint"]["frames"] == 64
+    assert digest(stopped) == random_suite  # the evaluated agent's is the same suite
+    capsys.readouterr()
+
     # a run kept without its checkpoints (results/) cannot play a suite: said, and the others go on
     (out / "tiny-seed1" / "suite.json").unlink()
     for checkpoint in (out / "tiny-seed1" / "checkpoints").iterdir():
