@@ -3,7 +3,8 @@
     python -m benchmarks.critic_ceiling runs/goto_cpu                  # 64 steps of its envs
     python -m benchmarks.critic_ceiling runs/goto_cpu --steps 128 --seed 7
 
-PPO logs the explained variance of V(prompt) against the GAE returns. Where the prompt does not
+PPO logs the explained variance of V(prompt) against the GAE returns, and beside it `critic_ceiling`: the
+ceiling below for the critic's own inputs, on each rollout. Where the prompt does not
 determine the return (one observation aliases many cells; the policy samples; the reward depends on
 the episode's step count, which no prompt shows), no critic reaches 1. This collects `--steps` steps
 of the run's envs with its trained policy (sampling, as in training), computes the returns as the

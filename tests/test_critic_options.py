@@ -71,6 +71,90 @@ def test_batch_baseline_advantages_are_the_returns_less_their_mean():
     assert math.isnan(explained)
 
 
+def filled_buffer(inputs, returns, done):
+    """A rollout buffer holding `inputs` (T lists of N), with `done` (T, N) ending its episodes; the returns are
+    handed to critic_ceiling as the batch carries them, step-major."""
+    from glamrl.rl.buffer import RolloutBuffer
+
+    T, N = done.shape
+    buffer = RolloutBuffer(T, N)
+    for t in range(T):
+        buffer.add(t, inputs[t], np.zeros(N, dtype=int), torch.zeros(N), torch.zeros(N), np.zeros(N),
+                   done[t].numpy(), np.zeros(N, dtype=bool))
+    return buffer, returns.reshape(-1)
+
+
+def reference_ceiling(inputs, returns, done):
+    """The ceiling from each env's episodes walked one step at a time: the (input, episode) pairs kept one frame
+    each, drawn as explainable_variance draws them, then one-way ANOVA's adjusted R^2 written out."""
+    from glamrl.stats import one_frame_per_visit
+
+    T, N = done.shape
+    keys, values, episodes = [], [], []
+    for t in range(T):
+        for n in range(N):
+            episode = sum(bool(done[k, n]) for k in range(t))  # episodes env n ended before step t
+            keys.append(inputs[t][n]), values.append(float(returns[t, n])), episodes.append((n, episode))
+    kept = one_frame_per_visit(keys, episodes)
+    y = np.array([values[i] for i in kept])
+    groups = {}
+    for i, v in zip(kept, y):
+        groups.setdefault(keys[i], []).append(v)
+    within = sum(((np.array(g) - np.mean(g)) ** 2).sum() for g in groups.values())
+    return 1 - (within / (len(y) - len(groups))) / y.var(ddof=1)
+
+
+def test_the_critic_ceiling_keeps_one_frame_per_prompt_and_episode():
+    from glamrl.llm.policy import TimedPrompt
+    from glamrl.trainers.ppo import critic_ceiling
+
+    g = torch.Generator().manual_seed(0)
+    T, N = 12, 4
+    done = torch.rand(T, N, generator=g) < 0.25
+    prompts = [[f"prompt {int(k)}" for k in row] for row in torch.randint(0, 5, (T, N), generator=g)]
+    returns = torch.randn(T, N, generator=g) + torch.tensor([[int(p[-1]) for p in row] for row in prompts])
+    expected = reference_ceiling(prompts, returns, done)
+    assert 0.3 < expected < 1  # the returns follow the prompt, with noise
+    assert critic_ceiling(*filled_buffer(prompts, returns, done)) == pytest.approx(expected)
+    # normalised returns (the value head's units) give the same ceiling
+    assert critic_ceiling(*filled_buffer(prompts, 3 * returns - 1, done)) == pytest.approx(expected)
+
+    # returns that are a function of the prompt: all explained; the critic reading the step: keyed by both
+    exact = torch.tensor([[float(p[-1]) for p in row] for row in prompts])
+    assert critic_ceiling(*filled_buffer(prompts, exact, done)) == pytest.approx(1.0)
+    timed = [[TimedPrompt(p, t % 3, 6) for p in row] for t, row in enumerate(prompts)]
+    assert critic_ceiling(*filled_buffer(timed, returns, done)) == pytest.approx(reference_ceiling(timed, returns,
+                                                                                                   done))
+
+
+def test_the_critic_ceiling_does_not_count_a_prompt_repeated_within_an_episode():
+    from glamrl.stats import explainable_variance
+    from glamrl.trainers.ppo import critic_ceiling
+
+    # one env, 4 episodes of 4 steps, each with its own return: "wall" starts every episode, then the agent bumps
+    # 3 times into a wall only that episode shows. The bumps' repeats share their episode's return, so counting
+    # them makes groups without spread and reads most of the variance as explained.
+    returns = torch.tensor([1.0, 0.0, 2.0, 0.5]).repeat_interleave(4).reshape(16, 1)
+    done = torch.zeros(16, 1, dtype=torch.bool)
+    done[3::4] = True
+    inputs = [["wall"] if t % 4 == 0 else [f"bump {t // 4}"] for t in range(16)]
+    ceiling = critic_ceiling(*filled_buffer(inputs, returns, done))
+    assert ceiling == pytest.approx(reference_ceiling(inputs, returns, done))
+    assert ceiling == pytest.approx(1 - 7 / 6)  # n 8, k 5: 1 - (SS / 3) / (2 SS / 7); nothing to explain
+    every_frame = explainable_variance([x for row in inputs for x in row], returns.reshape(-1).tolist())
+    assert every_frame == pytest.approx(1 - 15 / 44)  # n 16, k 5: 1 - (SS / 11) / (4 SS / 15)
+    # one input seen in every episode explains nothing
+    assert critic_ceiling(*filled_buffer([["wall"]] * 16, returns, done)) == pytest.approx(0.0)
+
+
+def test_the_critic_ceiling_is_nan_for_inputs_that_are_not_prompts():
+    from glamrl.trainers.ppo import critic_ceiling
+
+    done = torch.zeros(4, 2, dtype=torch.bool)
+    inputs = [[{"image": np.zeros(3), "memory": torch.zeros(2)}] * 2 for _ in range(4)]  # the symbolic agent's
+    assert math.isnan(critic_ceiling(*filled_buffer(inputs, torch.randn(4, 2), done)))
+
+
 def test_the_step_feature_changes_v_but_not_the_action_log_probs():
     from glamrl.llm.policy import LLMPolicy, TimedPrompt
 
@@ -138,6 +222,7 @@ def test_ppo_trains_with_each_option_and_resumes(tmp_path, option):
         assert not any(k.startswith("value_head") for k in changed)  # no critic trained
         assert rows[-1]["value_loss"] == 0 and math.isnan(rows[-1]["explained_variance"])
     assert any(not k.startswith("value_head") for k in changed)  # the policy learned
+    assert all(not r["critic_ceiling"] > 1 for r in rows)  # logged, nan where no prompt repeats
 
     result = train_ppo(load_train_config(None, [*TINY, *option, "ppo.total_frames=64"]), run, resume=True,
                        progress=False, say=lambda _: None)

@@ -69,6 +69,14 @@ LOG_METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("explained_variance", "losses", "explained variance", "PPO: how much of the returns' variance the "
                                                                  "values explain (1: all, 0: none; nan with "
                                                                  "`ppo.advantage=batch_baseline`)"),
+    Metric("critic_ceiling", "losses", "critic's ceiling", "PPO with an LLM policy: the explained variance the best "
+                                                            "function of the critic's inputs (the prompt; with "
+                                                            "`model.critic_reads_step`, the prompt and step count) "
+                                                            "could reach on the rollout, one frame per input and "
+                                                            "episode (`glamrl.stats.explainable_variance`); "
+                                                            "explained_variance / critic_ceiling is the share of "
+                                                            "what it could explain that the critic does (nan "
+                                                            "where no input repeats across episodes)"),
     Metric("rss_gb", "charts", "resident memory (GB)", "the training process's resident set at the row's end, in GB "
                                                         "(rank 0; VmRSS)"),
     Metric("peak_rss_gb", "charts", "peak resident memory (GB)", "the most the training process's resident set has "

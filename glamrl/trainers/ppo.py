@@ -24,7 +24,7 @@ from glamrl.agents.factory import make_agent, make_model
 from glamrl.config import PPOConfig, TrainConfig
 from glamrl.errors import GlamrlError
 from glamrl.eval.probes import read_run_probes, start_probe_log
-from glamrl.llm.policy import LLMPolicy
+from glamrl.llm.policy import LLMPolicy, TimedPrompt
 from glamrl.parallel import distributed, sharding
 from glamrl.rl.buffer import Batch, RolloutBuffer
 from glamrl.rl.gae import compute_gae, discounted_returns
@@ -33,6 +33,7 @@ from glamrl.rl.value_norm import NoValueNorm, ValueNormalizer, make_value_normal
 from glamrl.rollout import step
 from glamrl.run.checkpoint import Progress
 from glamrl.run.log import episode_stats
+from glamrl.stats import explainable_variance
 from glamrl.trainers.common import TrainResult, open_session, seed_everything
 
 class TrainingDiverged(GlamrlError, RuntimeError):
@@ -126,6 +127,7 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
         # returns-to-go less their mean); fold the returns into the value statistics (ppo.value_norm);
         # 3. flatten the batch: (T, N) -> (T * N,)
         batch, explained = rollout_batch(buffer, next_value, value_norm, p)
+        ceiling = critic_ceiling(buffer, batch.returns)  # what the best critic of these inputs could explain
         b_device = batch.to(device)
 
         # ---- 4. optimise the policy and value over epochs of minibatches of whole sequences: R consecutive
@@ -164,6 +166,7 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
             **episode_stats(finished, per_task),
             **dict(zip(terms, losses.tolist())),
             "explained_variance": explained,
+            "critic_ceiling": ceiling,
             **value_norm.metrics(),
             "first_ratio_dev": max(st["ratio_dev"] for st in stats[:p.grad_accum]),
             **policy.collection_metrics(),  # an LLM policy's frozen-trunk cache (model.train_layers)
@@ -215,6 +218,26 @@ def rollout_batch(buffer: RolloutBuffer, next_value: torch.Tensor | None,
     explained = explained_variance(returns, values)
     value_norm.update(torch.cat(distributed.gather_objects(returns)))
     return buffer.flatten(advantages, value_norm.normalize(returns)), explained
+
+
+def critic_ceiling(buffer: RolloutBuffer, returns: torch.Tensor) -> float:
+    """The explained variance that the best critic of the policy's inputs could reach on all ranks' rollouts:
+    `glamrl.stats.explainable_variance` of the returns (T * N,), step-major, keyed by each frame's input (its
+    prompt; with model.critic_reads_step, its prompt and step count), one frame per (input, episode). An episode
+    is an env's run of steps between two ends within the rollout. The returns may be in any affine units (the
+    head's normalised ones or the returns'): the ceiling does not change. nan for inputs that are not prompts
+    (the symbolic agent's carry its LSTM state, which never repeats) or where no input repeats across episodes.
+    """
+    T, N = buffer.values.shape
+    inputs = [x for row in buffer.inputs for x in row]                                       # (T * N,)
+    if not all(isinstance(x, str | TimedPrompt) for x in inputs):
+        return float("nan")
+    done = (buffer.terminated | buffer.truncated).long()
+    ended_before = torch.cat([torch.zeros(1, N, dtype=torch.long), done[:-1].cumsum(0)])    # (T, N)
+    rank = distributed.current().rank
+    episodes = [(rank, n, int(k)) for row in ended_before.tolist() for n, k in enumerate(row)]
+    return explainable_variance(distributed.gather_lists(inputs), distributed.gather_lists(returns.tolist()),
+                                distributed.gather_lists(episodes))
 
 
 @torch.no_grad()  # not inference mode: the buffer is written in place by the next rollout
