@@ -16,7 +16,10 @@ update does (GAE with the run's gamma and lambda, values in the returns' units),
              adjusted R^2, 1 - within-input mean square / total variance), on one frame per (input,
              episode): a prompt repeated within an episode repeats its return, and counting every
              repeat reads the ceiling high. Figures printed before this dedup were measured on all the
-             consecutive frames, which read about 2x high where prompts repeat.
+             consecutive frames, which read about 2x high where prompts repeat. nan where fewer than
+             `glamrl.stats.MIN_REPEATS` (30) kept frames repeat an input: one observation of GoToLocalS6N3
+             repeated 7-12 times in 1,024 frames, too few to tell a ceiling of 0.2 from 0.8; the
+             probe is then the measure.
   probe      held-out explained variance of a ridge regression from the value head's input (the hidden
              state) to the returns, fitted on half the frames (the best linear critic on those features)
   head       the squared correlation of the trained value head's outputs with the returns (the explained
@@ -39,7 +42,7 @@ from glamrl.llm.policy import prompt_of
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.value_norm import ValueNormalizer
 from glamrl.rollout import step
-from glamrl.stats import explainable_variance, one_frame_per_visit
+from glamrl.stats import MIN_REPEATS, explainable_variance, one_frame_per_visit
 
 # what a critic reads, as the grouping key of the ceiling: (prompts, steps into the episode) -> one key a frame
 CRITIC_INPUTS = {
@@ -135,8 +138,11 @@ def report(run: Path, steps: int, seed: int) -> None:
     for name, key in CRITIC_INPUTS.items():
         keys = key(prompts, elapsed)
         kept = one_frame_per_visit(keys, episodes.tolist())
-        print(f"ceiling of the best {name}: {explainable_variance(keys, returns, episodes.tolist()):.3f} "
-              f"({len(kept)} frames, one per (input, episode), {len(set(keys))} distinct inputs)")
+        repeats = len(kept) - len(set(keys))  # every input is kept at least once
+        ceiling = explainable_variance(keys, returns, episodes.tolist(), min_repeats=MIN_REPEATS)
+        print(f"ceiling of the best {name}: {ceiling:.3f} ({len(kept)} frames, one per (input, episode), "
+              f"{len(set(keys))} distinct inputs, {repeats} repeats"
+              f"{'' if repeats >= MIN_REPEATS else f'; nan below {MIN_REPEATS}: give more --steps'})")
     probes = {penalty: ridge_probe(hidden, returns, penalty) for penalty in (1, 10, 100, 1000)}
     best = max(probes, key=probes.get)
     print(f"probe (ridge on the value head's input, held-out half): {probes[best]:.3f} at penalty {best:g} "

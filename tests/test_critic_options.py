@@ -109,7 +109,7 @@ def test_the_critic_ceiling_keeps_one_frame_per_prompt_and_episode():
     from glamrl.trainers.ppo import critic_ceiling
 
     g = torch.Generator().manual_seed(0)
-    T, N = 12, 4
+    T, N = 40, 4  # about 40 episodes, 5 prompts: over 100 repeats, above MIN_REPEATS
     done = torch.rand(T, N, generator=g) < 0.25
     prompts = [[f"prompt {int(k)}" for k in row] for row in torch.randint(0, 5, (T, N), generator=g)]
     returns = torch.randn(T, N, generator=g) + torch.tensor([[int(p[-1]) for p in row] for row in prompts])
@@ -128,23 +128,31 @@ def test_the_critic_ceiling_keeps_one_frame_per_prompt_and_episode():
 
 
 def test_the_critic_ceiling_does_not_count_a_prompt_repeated_within_an_episode():
-    from glamrl.stats import explainable_variance
+    from glamrl.stats import MIN_REPEATS, explainable_variance
     from glamrl.trainers.ppo import critic_ceiling
 
-    # one env, 4 episodes of 4 steps, each with its own return: "wall" starts every episode, then the agent bumps
-    # 3 times into a wall only that episode shows. The bumps' repeats share their episode's return, so counting
-    # them makes groups without spread and reads most of the variance as explained.
-    returns = torch.tensor([1.0, 0.0, 2.0, 0.5]).repeat_interleave(4).reshape(16, 1)
-    done = torch.zeros(16, 1, dtype=torch.bool)
+    # one env, E = 40 episodes of 4 steps, each with its own return: "wall" starts every episode, then the agent
+    # bumps 3 times into a wall only that episode shows. The bumps' repeats share their episode's return, so
+    # counting them makes groups without spread and reads most of the variance as explained.
+    E = 40
+    returns = (torch.arange(E) % 7 * 0.5).repeat_interleave(4).reshape(4 * E, 1)
+    done = torch.zeros(4 * E, 1, dtype=torch.bool)
     done[3::4] = True
-    inputs = [["wall"] if t % 4 == 0 else [f"bump {t // 4}"] for t in range(16)]
+    inputs = [["wall"] if t % 4 == 0 else [f"bump {t // 4}"] for t in range(4 * E)]
     ceiling = critic_ceiling(*filled_buffer(inputs, returns, done))
     assert ceiling == pytest.approx(reference_ceiling(inputs, returns, done))
-    assert ceiling == pytest.approx(1 - 7 / 6)  # n 8, k 5: 1 - (SS / 3) / (2 SS / 7); nothing to explain
+    # kept: n 2E, k E + 1, the spread all in "wall": 1 - (SS / (E - 1)) / (2 SS / (2E - 1)); nothing to explain
+    assert ceiling == pytest.approx(1 - (2 * E - 1) / (2 * (E - 1)))
     every_frame = explainable_variance([x for row in inputs for x in row], returns.reshape(-1).tolist())
-    assert every_frame == pytest.approx(1 - 15 / 44)  # n 16, k 5: 1 - (SS / 11) / (4 SS / 15)
+    assert every_frame == pytest.approx(1 - (4 * E - 1) / (4 * (3 * E - 1)))  # n 4E, k E + 1: reads 0.67
     # one input seen in every episode explains nothing
-    assert critic_ceiling(*filled_buffer([["wall"]] * 16, returns, done)) == pytest.approx(0.0)
+    assert critic_ceiling(*filled_buffer([["wall"]] * (4 * E), returns, done)) == pytest.approx(0.0)
+
+    # the first 4 episodes repeat "wall" 3 times: too few to estimate a ceiling from, however it would read
+    assert 8 - 5 < MIN_REPEATS
+    assert math.isnan(critic_ceiling(*filled_buffer(inputs[:16], returns[:16], done[:16])))
+    assert explainable_variance([x for row in inputs[:16] for x in row], returns[:16].reshape(-1).tolist(),
+                                [t // 4 for t in range(16)]) == pytest.approx(1 - 7 / 6)  # without the minimum
 
 
 def test_the_critic_ceiling_is_nan_for_inputs_that_are_not_prompts():

@@ -16,6 +16,9 @@ def test_explainable_variance_by_hand():
     assert explainable_variance("aabbc", [1.0, 1.0, 5.0, 5.0, 3.0]) == 1.0   # a function of the key
     assert math.isnan(explainable_variance("abc", [1.0, 2.0, 3.0]))         # no key repeats
     assert math.isnan(explainable_variance("aa", [4.0, 4.0]))               # nothing to explain
+    # two repeats (n 4 - k 2): an estimate from 2 or more, nan from fewer
+    assert explainable_variance("aabb", [0.0, 2.0, 10.0, 12.0], min_repeats=2) == pytest.approx(1 - 2 / (104 / 3))
+    assert math.isnan(explainable_variance("aabb", [0.0, 2.0, 10.0, 12.0], min_repeats=3))
 
 
 def test_explainable_variance_keeps_one_frame_per_key_and_episode_by_hand():

@@ -76,7 +76,8 @@ LOG_METRICS: dict[str, Metric] = {m.name: m for m in (
                                                             "episode (`glamrl.stats.explainable_variance`); "
                                                             "explained_variance / critic_ceiling is the share of "
                                                             "what it could explain that the critic does (nan "
-                                                            "where no input repeats across episodes)"),
+                                                            "where fewer than 30 frames repeat an input across "
+                                                            "episodes, too few to estimate it)"),
     Metric("rss_gb", "charts", "resident memory (GB)", "the training process's resident set at the row's end, in GB "
                                                         "(rank 0; VmRSS)"),
     Metric("peak_rss_gb", "charts", "peak resident memory (GB)", "the most the training process's resident set has "

@@ -33,7 +33,7 @@ from glamrl.rl.value_norm import NoValueNorm, ValueNormalizer, make_value_normal
 from glamrl.rollout import step
 from glamrl.run.checkpoint import Progress
 from glamrl.run.log import episode_stats
-from glamrl.stats import explainable_variance
+from glamrl.stats import MIN_REPEATS, explainable_variance
 from glamrl.trainers.common import TrainResult, open_session, seed_everything
 
 class TrainingDiverged(GlamrlError, RuntimeError):
@@ -226,7 +226,8 @@ def critic_ceiling(buffer: RolloutBuffer, returns: torch.Tensor) -> float:
     prompt; with model.critic_reads_step, its prompt and step count), one frame per (input, episode). An episode
     is an env's run of steps between two ends within the rollout. The returns may be in any affine units (the
     head's normalised ones or the returns'): the ceiling does not change. nan for inputs that are not prompts
-    (the symbolic agent's carry its LSTM state, which never repeats) or where no input repeats across episodes.
+    (the symbolic agent's carry its LSTM state, which never repeats) or where fewer than `MIN_REPEATS` frames
+    repeat an input across episodes, too few to estimate it from (one-observation prompts on GoToLocal).
     """
     T, N = buffer.values.shape
     inputs = [x for row in buffer.inputs for x in row]                                       # (T * N,)
@@ -237,7 +238,7 @@ def critic_ceiling(buffer: RolloutBuffer, returns: torch.Tensor) -> float:
     rank = distributed.current().rank
     episodes = [(rank, n, int(k)) for row in ended_before.tolist() for n, k in enumerate(row)]
     return explainable_variance(distributed.gather_lists(inputs), distributed.gather_lists(returns.tolist()),
-                                distributed.gather_lists(episodes))
+                                distributed.gather_lists(episodes), min_repeats=MIN_REPEATS)
 
 
 @torch.no_grad()  # not inference mode: the buffer is written in place by the next rollout
