@@ -520,7 +520,8 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
     md, *plots = report_files(experiment)
     if dirs:
         for png, x in zip(plots, ("frames", "minutes")):
-            plot_runs(dirs, png, x=x, metrics=metrics, labels=labels, baselines=baselines)
+            plot_runs(dirs, png, x=x, metrics=metrics, labels=labels, baselines=baselines,
+                      group_by=labels.__getitem__)  # a row's seeds together, whatever their init_from
     lines = [f"<!-- {MARKER}: glamrl experiment --report -->", "", f"{AGGREGATE_TITLES[aggregate]} [95% interval: "
              f"rliable's bootstrap over the seeds, {reps} resamples; evaluated agents: over the seeds and their "
              f"episodes, or one seed's episodes]; one seed: its value.", "",

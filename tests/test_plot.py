@@ -35,6 +35,19 @@ def test_runs_differing_only_by_seed_are_grouped(runs):
     assert group_runs(runs) == [[a1, a2], [b]]
 
 
+def test_runs_are_grouped_by_the_key_given(runs, tmp_path, monkeypatch):
+    a1, b, a2 = runs
+    row = {a1: "row", b: "row", a2: "other"}.__getitem__  # e.g. an experiment's row, whatever the configs
+    assert group_runs(runs, row) == [[a1, b], [a2]]
+    figures = _drawn(monkeypatch)
+    plot_runs(runs, tmp_path / "rows.png", metrics=("success_rate",), group_by=row,
+              labels={a1: "row", a2: "other"}, baselines={"random": {"success_rate": 0.3}, "bot": {"success_rate": 1.0}})
+    (ax,) = figures[0].axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"row (mean of 2)", "other", "random", "bot"}
+    assert lines["random"].get_linestyle() != lines["bot"].get_linestyle()  # told apart in the legend
+
+
 def test_plot_writes_a_png(runs, tmp_path):
     out = plot_runs(runs, tmp_path / "plots" / "curves.png")
     data = out.read_bytes()

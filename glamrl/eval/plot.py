@@ -11,9 +11,10 @@ each run's curve may be smoothed by a trailing moving average before it is group
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Hashable, Sequence
 
 import matplotlib
 
@@ -32,6 +33,7 @@ from glamrl.run.metrics import LOG_METRICS, column_order, label  # noqa: E402
 GRID_POINTS = 200
 SUFFIXES = (".png", ".pdf", ".svg")  # the figure formats `plot --out` takes
 DEFAULT_METRICS = ("success_rate", "return_mean")
+BASELINE_DASHES = ("--", ":", "-.")  # one per baseline, in turn
 
 
 class UnknownMetricError(GlamrlError, ValueError):
@@ -69,11 +71,13 @@ def agent_label(run_dir: Path) -> str:
     return " ".join(parts) + (f" on {level}" if level else "")
 
 
-def group_runs(run_dirs: Sequence[str | os.PathLike]) -> list[list[Path]]:
-    """Runs grouped by `config_key`, groups and runs in the order given."""
-    groups: dict[str, list[Path]] = {}
+def group_runs(run_dirs: Sequence[str | os.PathLike],
+               key: Callable[[Path], Hashable] = config_key) -> list[list[Path]]:
+    """Runs grouped by `key` (default `config_key`: the same config but env.seed), groups and runs in the order
+    given."""
+    groups: dict[Hashable, list[Path]] = {}
     for run_dir in map(Path, run_dirs):
-        groups.setdefault(config_key(run_dir), []).append(run_dir)
+        groups.setdefault(key(run_dir), []).append(run_dir)
     return list(groups.values())
 
 
@@ -116,19 +120,21 @@ def _plot_group(ax: plt.Axes, curves: list[tuple[np.ndarray, np.ndarray]], label
 
 def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: str = "frames",
               metrics: Sequence[str] = DEFAULT_METRICS, labels: dict[Path, str] | None = None,
-              baselines: dict[str, dict[str, float]] | None = None, smooth: int = 1) -> Path:
+              baselines: dict[str, dict[str, float]] | None = None, smooth: int = 1,
+              group_by: Callable[[Path], Hashable] = config_key) -> Path:
     """Plot `metrics` (log.csv columns) against `x` (a column, or "minutes" of wall clock) for the runs, one
     subplot per metric titled by its label; return the PNG path. `smooth`: each run's curve is the moving
-    average of its last `smooth` points (1: as logged). `labels` names a group by its first run (default:
-    agent, model, level and run names); `baselines` draws {label: {metric: value}} as horizontal dashed lines
-    (evaluated agents).
+    average of its last `smooth` points (1: as logged). The runs of a group (`group_runs` by `group_by`: by
+    default the same config but env.seed) are drawn as their mean and range. `labels` names a group by its
+    first run (default: agent, model, level and run names); `baselines` draws {label: {metric: value}} as
+    horizontal lines, each its own dash (evaluated agents).
 
     Raises `LogNotFoundError` naming the run when a run directory has no log.csv, and `UnknownMetricError`
     listing the columns for a metric that no log holds and glamrl never logs.
     """
     if smooth < 1:
         raise ValueError(f"plot_runs: smooth must be a window of >= 1 points, got {smooth}")
-    groups = group_runs(run_dirs)
+    groups = group_runs(run_dirs, group_by)
     logs = {run: RunDir(run).read_log() for group in groups for run in group}
     check_metrics(metrics, list(logs.values()))
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
@@ -136,9 +142,9 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
         for group in groups:
             legend = (labels or {}).get(group[0]) or f"{agent_label(group[0])}: {', '.join(run.name for run in group)}"
             _plot_group(ax, [_curve(logs[run], x, metric, smooth) for run in group], legend)
-        for name, values in (baselines or {}).items():
+        for (name, values), dash in zip((baselines or {}).items(), itertools.cycle(BASELINE_DASHES)):
             if metric in values:
-                ax.axhline(values[metric], linestyle="--", color="grey", label=name)
+                ax.axhline(values[metric], linestyle=dash, color="grey", label=name)
         ax.set(xlabel="wall-clock minutes" if x == "minutes" else label(x), title=label(metric),
                ylabel=metric if smooth == 1 else f"{metric} (moving average of {smooth})")
         ax.grid(alpha=0.3)
