@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from glamrl.stats import MIN_REPEATS
+
 GROUPS = ("charts", "losses")
 """TensorBoard and tracker groups: the run's progress and episodes; the optimiser's statistics."""
 
@@ -76,8 +78,8 @@ LOG_METRICS: dict[str, Metric] = {m.name: m for m in (
                                                             "episode (`glamrl.stats.explainable_variance`); "
                                                             "explained_variance / critic_ceiling is the share of "
                                                             "what it could explain that the critic does (nan "
-                                                            "where fewer than 30 frames repeat an input across "
-                                                            "episodes, too few to estimate it)"),
+                                                            f"where fewer than {MIN_REPEATS} frames repeat an "
+                                                            "input across episodes, too few to estimate it)"),
     Metric("rss_gb", "charts", "resident memory (GB)", "the training process's resident set at the row's end, in GB "
                                                         "(rank 0; VmRSS)"),
     Metric("peak_rss_gb", "charts", "peak resident memory (GB)", "the most the training process's resident set has "
