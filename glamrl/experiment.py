@@ -18,7 +18,9 @@ generalisation suite once it is trained (`suite`: `glamrl eval --suite`, RUN/sui
 evaluation-only agents, on the same level and episodes.
 
 The report (OUT/report.md, OUT/success_frames.png, OUT/success_minutes.png): success rate and
-mean episode length of the training episodes against frames and against wall-clock minutes, and
+mean episode length of the training episodes against frames and against wall-clock minutes (with the
+evaluated agents and any published `references` as horizontal lines; on a Mixed level also each task kind's
+success, OUT/tasks_frames.png and OUT/tasks_minutes.png), and
 a table of the frames and minutes each agent took to reach `target` success (the first update
 whose training episodes reached it) and the frames and minutes each trained in all (a capped run
 stops short of the experiment's frames): the IQM over seeds (`--aggregate mean`: the mean; the IQM
@@ -48,6 +50,7 @@ from glamrl.errors import GlamrlError
 from glamrl.stats import AGGREGATE_TITLES, BOOTSTRAP_REPS, METRICS, interval_over_seeds
 from glamrl.files import write_text, writing
 from glamrl.run.dir import EVAL_AFTER, LOG_FILE, MARKER, RunDir
+from glamrl.run.metrics import column_order
 
 SUITE_FILE = "suite.json"
 """A run's generalisation suite (`RunSpec.suite`), in its run directory."""
@@ -143,6 +146,13 @@ class Experiment:
     target_episodes: int = TARGET_EPISODES
     """how many training episodes, at least, the success rate that reaches target is measured over (one early
     row ends a few short episodes, mostly successes)."""
+    references: dict[str, float] = dataclasses.field(default_factory=dict)
+    """published success rates drawn on the success plots as labelled horizontal lines, {label: success rate}
+    (a paper's figure, with what it took in its label: "GLAM, Flan-T5-large, 1.5M frames (paper)"); drawn for
+    scale, not measured here."""
+    smooth: int = 1
+    """the report's curves are each run's moving average over this many log rows (1: as logged); the success of
+    one task kind of a Mixed level rests on a few episodes per row."""
 
     def __post_init__(self) -> None:
         if not self.runs:
@@ -172,6 +182,11 @@ class Experiment:
                 raise ConfigError(f"{key} must be a positive number or null, got {getattr(self, key)}")
         if not 0 < self.target <= 1:
             raise ConfigError(f"target must be a success rate in (0, 1], got {self.target}")
+        for name, value in self.references.items():
+            if not name.strip() or not 0 <= value <= 1:
+                raise ConfigError(f"references.{name!r} must be a label and a success rate in [0, 1], got {value}")
+        if self.smooth < 1:
+            raise ConfigError(f"smooth must be a number of log rows >= 1, got {self.smooth}")
         if self.target_episodes < 1:
             raise ConfigError(f"target_episodes must be a positive number of episodes, got {self.target_episodes}")
 
@@ -474,10 +489,26 @@ def time_to_target(rows: list[dict[str, float]], target: float,
     return None
 
 
-def report_files(experiment: Experiment) -> tuple[Path, Path, Path]:
-    """OUT/report.md (it starts with `MARKER`), OUT/success_frames.png and OUT/success_minutes.png."""
-    return (experiment.out / "report.md", experiment.out / "success_frames.png",
-            experiment.out / "success_minutes.png")
+def report_files(experiment: Experiment) -> tuple[Path, ...]:
+    """OUT/report.md (it starts with `MARKER`), then the plots: OUT/success_frames.png and OUT/success_minutes.png,
+    OUT/tasks_frames.png and OUT/tasks_minutes.png (each task kind's success, on a Mixed level)."""
+    return (experiment.out / "report.md", *(experiment.out / f"{what}_{x}.png"
+                                            for what in ("success", "tasks") for x in ("frames", "minutes")))
+
+
+def task_metrics(logs: list[list[dict[str, float]]]) -> list[str]:
+    """The logs' success_rate_TASK columns (a level of several task kinds: one per kind), in log.csv's order."""
+    columns = column_order(key for rows in logs for row in rows[:1] for key in row)
+    return [c for c in columns if c.startswith("success_rate_")]
+
+
+def task_baseline(results: list[dict[str, Any]]) -> dict[str, float]:
+    """{success_rate_TASK: mean over the seeds} of an evaluated agent's per-task success (its eval.json files)."""
+    rates: dict[str, list[float]] = {}
+    for result in results:
+        for task, summary in result.get("per_task", {}).items():
+            rates.setdefault(f"success_rate_{task}", []).append(summary["success_rate"])
+    return {metric: math.fsum(values) / len(values) for metric, values in rates.items()}
 
 
 def read_eval(path: Path) -> dict[str, Any]:
@@ -504,6 +535,7 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
                        if (run_dir(experiment, spec, s) / LOG_FILE).exists() and mismatch(experiment, spec, s) is None])
                for spec in experiment.runs.values() if spec.agent is None]
     evaluated = {}  # {name: (seeds, success estimate, length estimate)}
+    per_task = {}   # {name: {success_rate_TASK: mean over seeds}}
     for spec in experiment.runs.values():
         if spec.agent is not None:
             results = [read_eval(run_dir(experiment, spec, s) / "eval.json") for s in spec.seeds
@@ -512,16 +544,22 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
             if results:
                 evaluated[spec.name] = (len(results), *(estimate(results, METRICS[m], aggregate, reps)
                                                         for m in ("success", "length")))
+                per_task[spec.name] = task_baseline(results)
     baselines = {name: {"success_rate": success.point, "num_frames_mean": length.point}
                  for name, (_, success, length) in evaluated.items()}
+    baselines |= {name: {"success_rate": value} for name, value in experiment.references.items()}
     dirs = [d for _, group in trained for d in group]
     labels = {d: spec.name for spec, group in trained for d in group}
-    metrics = ("success_rate", "num_frames_mean")
     md, *plots = report_files(experiment)
+    drawn = []
     if dirs:
-        for png, x in zip(plots, ("frames", "minutes")):
-            plot_runs(dirs, png, x=x, metrics=metrics, labels=labels, baselines=baselines,
-                      group_by=labels.__getitem__)  # a row's seeds together, whatever their init_from
+        tasks = task_metrics([RunDir(d).read_log() for d in dirs])
+        for metrics, lines, pngs in ((("success_rate", "num_frames_mean"), baselines, plots[:2]),
+                                     (tasks, per_task, plots[2:] if tasks else [])):
+            for png, x in zip(pngs, ("frames", "minutes")):
+                drawn.append(plot_runs(dirs, png, x=x, metrics=metrics, labels=labels, baselines=lines,
+                                       smooth=experiment.smooth,
+                                       group_by=labels.__getitem__))  # a row's seeds together, whatever init_from
     lines = [f"<!-- {MARKER}: glamrl experiment --report -->", "", f"{AGGREGATE_TITLES[aggregate]} [95% interval: "
              f"rliable's bootstrap over the seeds, {reps} resamples; evaluated agents: over the seeds and their "
              f"episodes, or one seed's episodes]; one seed: its value.", "",
@@ -560,7 +598,7 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
     if suites:
         table, tables = write_results(suites, experiment.out / "suite", aggregate, reps)
         lines += ["", f"## Generalisation suite ({len(suites)} runs' suite.json; `glamrl results`)", "", table]
-    return [write_text(md, "\n".join(lines) + "\n"), *(plots if dirs else []), *tables]
+    return [write_text(md, "\n".join(lines) + "\n"), *drawn, *tables]
 
 
 def evaluated_after(group: list[Path], over_seeds: Callable[[list[float], int, str], str]) -> str:

@@ -81,6 +81,7 @@ def test_experiment_trains_skips_resumes_and_reports(tmp_path, capsys, monkeypat
     assert main(["experiment", str(exp), "--report", "--aggregate", "mean"]) == 0
     assert (out / "report.md").read_text().splitlines()[2].startswith("Mean over seeds [95% interval")
     assert (out / "success_frames.png").stat().st_size > 0 and (out / "success_minutes.png").stat().st_size > 0
+    assert not (out / "tasks_frames.png").exists()  # one task kind: no plot per kind
     capsys.readouterr()
 
     # a rerun skips every finished run and leaves its files alone
@@ -423,3 +424,62 @@ def test_trained_and_evaluated_agents_play_the_suite_on_the_same_episodes_once(t
     assert main(["experiment", str(exp)]) == 0
     assert "[0] tiny-seed1: suite not played: the run keeps no checkpoint" in capsys.readouterr().out
     assert not (out / "tiny-seed1" / "suite.json").exists()
+
+
+def test_a_mixed_level_report_draws_each_task_kind_and_the_published_figures(tmp_path, capsys, one_thread,
+                                                                             runs_in_process):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(f"""out: {tmp_path / 'out'}
+frames: 32
+env: BabyAI-MixedTrainLocal-v0
+smooth: 2
+references:
+  GLAM's Flan-T5-large after 1.5M frames (paper): 0.89
+runs:
+  tiny:
+    config: {tmp_path / 'tiny.yaml'}
+    overrides: [env.max_steps=3]
+  random:
+    agent: random
+    episodes: 12
+""")
+    assert main(["experiment", str(exp)]) == 0
+    out = tmp_path / "out"
+    kinds = [c for c in RunDir(out / "tiny-seed1").read_log()[0] if c.startswith("success_rate_")]
+    assert kinds  # 4 envs ended 3-step episodes of several kinds
+    written = capsys.readouterr().out.splitlines()[-1]
+    for png in ("success_frames", "success_minutes", "tasks_frames", "tasks_minutes"):
+        assert str(out / f"{png}.png") in written and (out / f"{png}.png").stat().st_size > 0
+
+    # the published line is drawn: the figure differs without it
+    before = digest(out / "success_frames.png")
+    exp.write_text(exp.read_text().replace("smooth: 2\nreferences:\n  GLAM's Flan-T5-large after 1.5M frames (paper): "
+                                           "0.89\n", "smooth: 2\n"))
+    assert main(["experiment", str(exp), "--report"]) == 0
+    assert digest(out / "success_frames.png") != before
+
+
+def test_task_baseline_is_each_kinds_success_over_the_seeds():
+    from glamrl.experiment import task_baseline, task_metrics
+
+    seeds = [{"per_task": {"go_to": {"success_rate": 0.5}, "open": {"success_rate": 0.0}}},
+             {"per_task": {"go_to": {"success_rate": 0.25}}}]  # seed 2 met no open episode
+    assert task_baseline(seeds) == {"success_rate_go_to": 0.375, "success_rate_open": 0.0}
+    logs = [[{"frames": 8.0, "success_rate": 0.5, "success_rate_open": math.nan, "success_rate_go_to": 1.0}], []]
+    assert task_metrics(logs) == ["success_rate_open", "success_rate_go_to"]
+    assert task_metrics([[{"frames": 8.0, "success_rate": 0.5}]]) == []
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ("references:\n  paper: 1.5", "references.'paper' must be a label and a success rate in [0, 1], got 1.5"),
+    ("references:\n  paper: high", "references.paper must be float"),
+    ("smooth: 0", "smooth must be a number of log rows >= 1, got 0"),
+])
+def test_bad_references_and_smoothing_are_one_line(tmp_path, capsys, extra, message):
+    path = write_experiment(tmp_path, frames=64)
+    path.write_text(path.read_text().replace("target: 0.5", f"target: 0.5\n{extra}"))
+    assert main(["experiment", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "out").exists()
