@@ -554,10 +554,10 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
     drawn = []
     if dirs:
         tasks = task_metrics([RunDir(d).read_log() for d in dirs])
-        for metrics, lines, pngs in ((("success_rate", "num_frames_mean"), baselines, plots[:2]),
-                                     (tasks, per_task, plots[2:] if tasks else [])):
+        for metrics, horizontal, pngs in ((("success_rate", "num_frames_mean"), baselines, plots[:2]),
+                                          (tasks, per_task, plots[2:] if tasks else [])):
             for png, x in zip(pngs, ("frames", "minutes")):
-                drawn.append(plot_runs(dirs, png, x=x, metrics=metrics, labels=labels, baselines=lines,
+                drawn.append(plot_runs(dirs, png, x=x, metrics=metrics, labels=labels, baselines=horizontal,
                                        smooth=experiment.smooth,
                                        group_by=labels.__getitem__))  # a row's seeds together, whatever init_from
     lines = [f"<!-- {MARKER}: glamrl experiment --report -->", "", f"{AGGREGATE_TITLES[aggregate]} [95% interval: "
