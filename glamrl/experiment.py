@@ -50,7 +50,6 @@ from glamrl.errors import GlamrlError
 from glamrl.stats import AGGREGATE_TITLES, BOOTSTRAP_REPS, METRICS, interval_over_seeds
 from glamrl.files import write_text, writing
 from glamrl.run.dir import EVAL_AFTER, LOG_FILE, MARKER, RunDir
-from glamrl.run.metrics import column_order
 
 SUITE_FILE = "suite.json"
 """A run's generalisation suite (`RunSpec.suite`), in its run directory."""
@@ -498,8 +497,9 @@ def report_files(experiment: Experiment) -> tuple[Path, ...]:
 
 def task_metrics(logs: list[list[dict[str, float]]]) -> list[str]:
     """The logs' success_rate_TASK columns (a level of several task kinds: one per kind), in log.csv's order."""
-    columns = column_order(key for rows in logs for row in rows[:1] for key in row)
-    return [c for c in columns if c.startswith("success_rate_")]
+    from glamrl.eval.plot import log_columns
+
+    return [c for c in log_columns(logs) if c.startswith("success_rate_")]
 
 
 def task_baseline(results: list[dict[str, Any]]) -> dict[str, float]:

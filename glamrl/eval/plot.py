@@ -81,9 +81,14 @@ def group_runs(run_dirs: Sequence[str | os.PathLike],
     return list(groups.values())
 
 
+def log_columns(logs: Sequence[list[dict[str, float]]]) -> list[str]:
+    """Every column of the logs (a log's rows share one header), in log.csv's order."""
+    return column_order(key for rows in logs for key in (rows[0] if rows else ()))
+
+
 def check_metrics(metrics: Sequence[str], logs: Sequence[list[dict[str, float]]]) -> None:
     """Refuse, in one line listing the logs' columns, a metric that no log holds and that glamrl never logs."""
-    columns = column_order(key for rows in logs for key in (rows[0] if rows else ()))  # a log's rows: one header
+    columns = log_columns(logs)
     for metric in metrics:
         if metric not in columns and metric not in LOG_METRICS:
             raise UnknownMetricError(f"no metric {metric!r} in the runs' logs; available: "
