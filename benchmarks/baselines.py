@@ -37,7 +37,7 @@ from glamrl.trainers.bc import train_bc
 from glamrl.config import load_train_config
 from glamrl.demos import record_demos, write_demos
 from glamrl.eval.plot import plot_runs
-from glamrl.rollout import eval_seed, evaluate, format_table, step
+from glamrl.rollout import evaluate, format_table, step
 from glamrl.run.dir import RunDir
 from glamrl.trainers.common import train_run_dir
 from glamrl.trainers.ppo import train_ppo
@@ -53,7 +53,7 @@ def evaluate_run(run_dir: Path, episodes: int) -> dict[str, Any]:
     envs = cfg.env.make_vector_env()
     agent, _ = restore_agent(run_dir, envs, greedy=False)
     try:
-        return evaluate(envs, agent, episodes, seed=eval_seed(cfg.env.seed))
+        return evaluate(envs, agent, episodes, seed=cfg.env.eval_seed)
     finally:
         envs.close()
 

@@ -14,6 +14,7 @@ from glamrl.config import EnvConfig, ModelConfig, PromptConfig
 from glamrl.errors import GlamrlError
 from glamrl.files import disk_failure
 from glamrl.run.dir import RunDir, check_output
+from glamrl.seeds import SEEDINGS
 from glamrl.stats import AGGREGATES
 
 if TYPE_CHECKING:
@@ -87,11 +88,26 @@ def add_episode_args(parser: argparse.ArgumentParser) -> None:
                              "the tests change the text of)")
     parser.add_argument("--episodes", type=positive_int, default=100)
     parser.add_argument("--seed", type=non_negative_int, default=EnvConfig.seed,
-                        help="eval: episode k plays from seed + 1000000 + k, whatever --num-envs (the episodes a "
-                             "run with env.seed=SEED is evaluated on); demos: from seed + k")
+                        help="eval: the seed's evaluation episodes (--seeding), whatever --num-envs (the episodes "
+                             "a run with env.seed=SEED is evaluated on); demos: episode k from seed + k")
     parser.add_argument("--num-envs", type=positive_int, default=EnvConfig.num_envs)
     parser.add_argument("--task", default=None, help="restrict a Mixed level to one task kind (default: the run's)")
     parser.add_argument("--language", choices=("en", "fr"), default=None, help="default: the run's, else en")
+
+
+def add_seeding_arg(parser: argparse.ArgumentParser) -> None:
+    """How --seed becomes the evaluation episodes' seeds: shared by eval and play."""
+    parser.add_argument("--seeding", choices=SEEDINGS, default=None,
+                        help="env.seeding (default: the run's, else spread): spread plays episode k from "
+                             "SEED x 2**32 + 2**31 + k, offset (runs written before env.seeding) from "
+                             "SEED + 1000000 + k")
+
+
+def seeded_env(env: EnvConfig, args: argparse.Namespace) -> EnvConfig:
+    """`env` with --seed and --seeding (default: `env`'s own): its `eval_seed` is episode 0's seed."""
+    import dataclasses
+
+    return dataclasses.replace(env, seed=args.seed, seeding=args.seeding or env.seeding)
 
 
 def agent_spec(args: argparse.Namespace, default_kind: str | None = None) -> AgentSpec:
@@ -140,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev = add_command(sub, "eval", cmd_eval, "evaluate an agent: success rate, return, length, per task")
     add_agent_args(ev)
     add_episode_args(ev)
+    add_seeding_arg(ev)
     ev.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     ev.add_argument("--suite", default=None,
                     help="run a generalisation suite (paper, french, all); its tests set env and language")
@@ -194,8 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"BabyAI-Text level id (default: the test's, else the run's env.id, else {EnvConfig.id})")
     pp.add_argument("--test", default=None, help="play under a suite test, e.g. french or invented_words")
     pp.add_argument("--seed", type=non_negative_int, default=EnvConfig.seed,
-                    help="plays from seed + 1000000: the first episode of `glamrl eval --seed SEED` (episode k "
+                    help="plays the first episode of `glamrl eval --seed SEED` (with --seeding offset, episode k "
                          "of it is --seed SEED+k)")
+    add_seeding_arg(pp)
     pp.add_argument("--language", choices=("en", "fr"), default=None, help="default: the run's, else en")
     pp.add_argument("--format", choices=("gif", "png-sheet"), default="gif")
     pp.add_argument("--max-frames", type=positive_int, default=200)
@@ -232,7 +250,6 @@ def cmd_play(args: argparse.Namespace) -> None:
     from glamrl.eval.render import SUFFIXES, draw_frames, play_episode, write_episode
     from glamrl.eval.suite import SuiteTest, applicable, select_tests
     from glamrl.envs import make_env
-    from glamrl.rollout import eval_seed
 
     fmt = "gif" if args.format == "gif" else "png"
     check_output(args.out, suffixes=(SUFFIXES[fmt],))
@@ -243,12 +260,12 @@ def cmd_play(args: argparse.Namespace) -> None:
         make_env(args.env)  # an unknown id fails here, before the agent loads
     spec = agent_spec(args)
     cfg, model, label, _ = load_eval_model(spec, args.seed, args.language)
-    env = eval_env(cfg.env, args.env, language=args.language)
+    env = seeded_env(eval_env(cfg.env, args.env, language=args.language), args)
     if args.test is None:
         test = SuiteTest("play", "one episode", language=env.language)
     elif skipped := applicable([test], env)[1]:
         raise FlagError(f"--test {test.name} cannot apply: {skipped[test.name]}")
-    moments, names = play_episode(test, builder(cfg, model, spec.greedy), eval_seed(args.seed), args.max_frames, env)
+    moments, names = play_episode(test, builder(cfg, model, spec.greedy), env.eval_seed, args.max_frames, env)
     level = test.env_config(env).id
     where = level if args.test is None else f"{test.name}, {level}"
     images = draw_frames(moments, names, f"{label} | {where} seed {args.seed}")
@@ -324,21 +341,24 @@ def eval_agent(args: argparse.Namespace,
 
 def cmd_eval(args: argparse.Namespace) -> None:
     """`glamrl eval` on one level. The JSON holds the summary, the env settings, the episodes' seeds (episode k
-    played from `eval_seed` + k, on `num_envs` envs) and the `provenance` record (`glamrl.eval.provenance`)."""
+    played from `env.eval_seed` + k, on `num_envs` envs) and the `provenance` record (`glamrl.eval.provenance`)."""
     if args.suite is not None or args.tests is not None:
         return cmd_suite(args)
+    import dataclasses
+
     from glamrl.eval.provenance import provenance
     from glamrl.files import write_text
-    from glamrl.rollout import eval_seed, evaluate, format_table
+    from glamrl.rollout import evaluate, format_table
 
     if args.out:
         check_output(args.out, suffixes=(".json",))
     agent, cfg, envs, progress = eval_agent(args)
-    env, seed = cfg.env, eval_seed(args.seed)
+    cfg = dataclasses.replace(cfg, env=seeded_env(cfg.env, args))
+    env, seed = cfg.env, cfg.env.eval_seed
     summary = evaluate(envs, agent, args.episodes, seed=seed, progress=True)
     summary = {"agent": cfg.agent.kind, "env": env.id, "task": env.task, "max_steps": env.max_steps,
-               "faithful": env.faithful, "language": env.language, "seed": args.seed, "eval_seed": seed,
-               "num_envs": envs.num_envs, **summary,
+               "faithful": env.faithful, "language": env.language, "seed": args.seed, "seeding": env.seeding,
+               "eval_seed": seed, "num_envs": envs.num_envs, **summary,
                "provenance": provenance(cfg, run_dir=args.run, progress=progress, greedy=args.greedy,
                                         num_envs=envs.num_envs, first_seed=seed, episodes=args.episodes)}
     print(f"{summary['agent']} on {env.id} ({args.episodes} episodes from seed {seed})")
@@ -354,7 +374,7 @@ def cmd_suite(args: argparse.Namespace) -> None:
     The JSON names the suite only when all its tests were asked (`--tests` makes it "custom"), and is
     `complete` once every test asked has run (it is rewritten after each test). The tests play under the run's
     env settings (a fresh agent's: the defaults; `--env` moves the level), each test's own level or language
-    written as its `overrides`; every test plays episode k from `eval_seed` + k, on `num_envs` envs.
+    written as its `overrides`; every test plays episode k from `env.eval_seed` + k, on `num_envs` envs.
     """
     import dataclasses
     import time
@@ -364,7 +384,6 @@ def cmd_suite(args: argparse.Namespace) -> None:
     from glamrl.eval.suite import applicable, format_header, run_suite, select_tests
     from glamrl.envs import make_env
     from glamrl.files import write_text
-    from glamrl.rollout import eval_seed
 
     tests = select_tests(args.suite, args.tests)
     refuse(args, ("task", "language"), "to --suite or --tests: the tests play all the level's tasks (or the run's "
@@ -376,9 +395,9 @@ def cmd_suite(args: argparse.Namespace) -> None:
         make_env(args.env)  # an unknown id fails here, before the agent loads
     spec = agent_spec(args)
     cfg, model, label, progress = load_eval_model(spec, args.seed)
-    env = eval_env(cfg.env, args.env)
+    env = seeded_env(eval_env(cfg.env, args.env), args)
     tests, skipped = applicable(tests, env)
-    build, seed = builder(cfg, model, spec.greedy), eval_seed(args.seed)
+    build, seed = builder(cfg, model, spec.greedy), env.eval_seed
     origin = provenance(dataclasses.replace(cfg, env=env), run_dir=args.run, progress=progress, greedy=args.greedy,
                         num_envs=args.num_envs, first_seed=seed, episodes=args.episodes)
     print(f"{label}: {len(tests)} tests on {env.id}, {args.episodes} episodes each, evaluation seeds from {seed}")
@@ -390,7 +409,7 @@ def cmd_suite(args: argparse.Namespace) -> None:
     def save(results: dict) -> None:  # after every test, so that a long suite stopped early keeps what it ran
         if args.out:
             write_text(args.out, json.dumps({
-                "suite": suite, "agent": label, "seed": args.seed, "eval_seed": seed,
+                "suite": suite, "agent": label, "seed": args.seed, "seeding": env.seeding, "eval_seed": seed,
                 "episodes_per_test": args.episodes, "num_envs": args.num_envs,
                 "complete": len(results) == len(tests), "skipped": skipped,
                 "wall_time_s": round(time.time() - start, 2), "provenance": origin, "tests": results}, indent=2))

@@ -28,6 +28,7 @@ from glamrl.agents.registry import KINDS, kind_names
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.errors import GlamrlError
 from glamrl.run.trackers import TRACKERS
+from glamrl.seeds import LEGACY_SEEDING, SEEDINGS, eval_seed, train_seed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,8 +49,12 @@ class EnvConfig:
     num_envs: int = 4
     """parallel environments (per process)."""
     seed: int = 1
-    """seed of the run: envs get seed, seed+1, ...; torch and numpy get it too. Its evaluation episodes play from
-    seed + 1000000 (`glamrl.rollout.eval_seed`)."""
+    """seed of the run: its episodes' seeds follow from it by env.seeding; torch and numpy get it too."""
+    seeding: str = "spread"
+    """how env.seed becomes the episodes' seeds (`glamrl.seeds`). spread: env i trains from seed x 2**32 + i and
+    evaluation episode k plays from seed x 2**32 + 2**31 + k, so two seeds share no episode. offset (glamrl's
+    first scheme; a run's config.yaml written before this field reads as offset): seed + i and
+    seed + 1000000 + k, so seeds S and S+1 share all but one env stream and evaluation episode."""
     task: str | None = None
     """restrict a Mixed level to one task kind (go_to, pick_up, open, put_next, ...)."""
     language: str = "en"
@@ -64,18 +69,29 @@ class EnvConfig:
         _check(bool(self.id), f"env.id must name a BabyAI level, e.g. {EnvConfig.id}")
         _check(self.num_envs >= 1, "env.num_envs must be >= 1")
         _check(0 <= self.seed < 2**31, f"env.seed must be in [0, 2**31), got {self.seed}")
+        _check(self.seeding in SEEDINGS, f"env.seeding must be one of {', '.join(SEEDINGS)}, got {self.seeding!r}")
         _check(self.language in ("en", "fr"), f"env.language must be 'en' or 'fr', got {self.language!r}")
         _check(self.max_steps is None or self.max_steps >= 1, "env.max_steps must be >= 1 or null")
 
     def make_vector_env(self, render_mode: str | None = None,
                         wrapper: Callable[[gym.Env], gym.Env] | None = None) -> SyncVectorEnv:
         """The vector env this section describes, each copy wrapped by `wrapper` if given (not yet reset: call
-        `reset(seed=self.seed)`)."""
+        `reset(seed=self.train_seed)`)."""
         from glamrl.envs.factory import make_vector_env
 
         return make_vector_env(self.id, self.num_envs, task=self.task, language=self.language,
                                faithful=self.faithful, max_steps=self.max_steps, render_mode=render_mode,
                                wrapper=wrapper)
+
+    @property
+    def train_seed(self) -> int:
+        """The seed env 0 of the run's first training reset plays from (env i: train_seed + i)."""
+        return train_seed(self.seed, self.seeding)
+
+    @property
+    def eval_seed(self) -> int:
+        """The seed the run's evaluation episode 0 plays from (episode k: eval_seed + k)."""
+        return eval_seed(self.seed, self.seeding)
 
     @property
     def several_tasks(self) -> bool:
@@ -686,6 +702,21 @@ class Resolved:
 def without_resolved(data: dict[str, Any]) -> dict[str, Any]:
     """A config file's sections, without a run's `resolved` record."""
     return {key: value for key, value in data.items() if key != RESOLVED}
+
+
+SAVED_DEFAULTS = {("env", "seeding"): LEGACY_SEEDING}
+"""Fields whose default changed after runs were saved without them: (section, field) -> what such a saved run
+ran with. A run's config.yaml lists every field of its time, so a missing one means the run predates it."""
+
+
+def with_saved_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """A run's config.yaml (as read) with each field missing from it set as in `SAVED_DEFAULTS`, so that the run
+    resumes, evaluates and compares as what it ran."""
+    data = {key: dict(value) if isinstance(value, dict) else value for key, value in data.items()}
+    for (section, name), value in SAVED_DEFAULTS.items():
+        if isinstance(data.get(section, {}), dict):
+            data.setdefault(section, {}).setdefault(name, value)
+    return data
 
 
 def changed_fields(before: dict[str, Any], after: dict[str, Any], sections: Sequence[str] | None = None) -> list[str]:

@@ -50,6 +50,7 @@ from glamrl.errors import GlamrlError
 from glamrl.stats import AGGREGATE_TITLES, BOOTSTRAP_REPS, METRICS, interval_over_seeds
 from glamrl.files import write_text, writing
 from glamrl.run.dir import EVAL_AFTER, LOG_FILE, MARKER, RunDir
+from glamrl.seeds import LEGACY_SEEDING, SEEDINGS
 
 SUITE_FILE = "suite.json"
 """A run's generalisation suite (`RunSpec.suite`), in its run directory."""
@@ -139,6 +140,11 @@ class Experiment:
     counts as finished (raise it to train further)."""
     env: str | None = None
     """the level of every run (env.id); null: each config's own."""
+    seeding: str = EnvConfig.seeding
+    """how each seed becomes its episodes' seeds (env.seeding, `glamrl.seeds`), in every run and in the
+    evaluation-only agents' episodes: spread (seeds share no episode) or offset, the scheme of runs trained
+    before env.seeding existed; an experiment that keeps such runs names offset, so that its new runs play the
+    same episodes as those."""
     target: float = 0.9
     """the success rate the table measures the time to: over the training episodes that ended in a log row and
     the rows just before it, target_episodes of them or more."""
@@ -154,6 +160,8 @@ class Experiment:
     one task kind of a Mixed level rests on a few episodes per row."""
 
     def __post_init__(self) -> None:
+        if self.seeding not in SEEDINGS:
+            raise ConfigError(f"seeding must be one of {', '.join(SEEDINGS)}, got {self.seeding!r}")
         if not self.runs:
             raise ConfigError("runs must name at least one run (name: {config, seeds, overrides} or {agent})")
         for name, spec in self.runs.items():
@@ -221,7 +229,7 @@ def run_dir(experiment: Experiment, spec: RunSpec, seed: int) -> Path:
 
 DEMO_SEEDS = 10_000
 """A clone's demonstrations of seed S play the episodes from seed DEMO_SEEDS x S on: apart from the other seeds'
-(up to DEMO_SEEDS episodes each) and from the evaluation episodes (`glamrl.rollout.eval_seed`)."""
+(up to DEMO_SEEDS episodes each) and from the evaluation episodes (`glamrl.seeds.eval_seed`)."""
 
 
 def demos_file(experiment: Experiment, spec: RunSpec, seed: int) -> Path:
@@ -250,7 +258,7 @@ def train_overrides(experiment: Experiment, spec: RunSpec, seed: int) -> list[st
     if kind.trainer is None:
         raise ConfigError(f"{spec.config} is a config of agent kind {kind.name}, which is evaluated, not trained: "
                           f"give the entry agent: {kind.name} in place of config")
-    shared = [f"env.seed={seed}"]
+    shared = [f"env.seed={seed}", f"env.seeding={experiment.seeding}"]
     if experiment.env is not None:
         shared.append(f"env.id={experiment.env}")
     if experiment.frames is not None and spec.clone is None:  # ppo.total_frames, drrn.total_frames: the loop's budget
@@ -272,7 +280,9 @@ def mismatch(experiment: Experiment, spec: RunSpec, seed: int) -> str | None:
         result = directory / "eval.json"
         if not result.exists():
             return None
-        data, asked = read_eval(result), {"agent": spec.agent, "env": experiment.env or EnvConfig.id}
+        data = read_eval(result)
+        asked = {"agent": spec.agent, "env": experiment.env or EnvConfig.id, "seeding": experiment.seeding}
+        data.setdefault("seeding", LEGACY_SEEDING)  # evaluations written before env.seeding: offset's episodes
         changed = [f"{key} {data[key]!r}, not {value!r}" for key, value in asked.items()
                    if data.get(key, value) != value]
         return (f"{result} holds another evaluation than {spec.name}'s ({', '.join(changed)}): give the experiment "
@@ -323,7 +333,7 @@ def task_command(experiment: Experiment, spec: RunSpec, seed: int) -> list[str]:
     if spec.agent is not None:
         env = experiment.env or EnvConfig.id
         return [*glamrl, "eval", "--agent", spec.agent, "--env", env, "--episodes", str(spec.episodes),
-                "--seed", str(seed), "--out", str(directory / "eval.json")]
+                "--seed", str(seed), "--seeding", experiment.seeding, "--out", str(directory / "eval.json")]
     command = "train" if spec.clone is None else "bc"
     data = [] if spec.clone is None else ["--data", str(demos_file(experiment, spec, seed))]
     return [*glamrl, command, *data, "--config", spec.config, "--run-dir", str(directory), "--no-progress",
@@ -345,8 +355,8 @@ def suite_command(experiment: Experiment, spec: RunSpec, seed: int) -> list[str]
     directory on its own level, or the evaluation-only agent on the experiment's; the evaluation episodes of
     `seed`, so every agent of the experiment plays the same ones."""
     directory = run_dir(experiment, spec, seed)
-    agent = (["--agent", spec.agent, "--env", experiment.env or EnvConfig.id] if spec.agent is not None
-             else ["--run", str(directory)])
+    agent = (["--agent", spec.agent, "--env", experiment.env or EnvConfig.id, "--seeding", experiment.seeding]
+             if spec.agent is not None else ["--run", str(directory)])  # a run: its own env.seeding
     return [sys.executable, "-m", "glamrl.cli", "eval", *agent, "--suite", spec.suite,
             "--episodes", str(spec.suite_episodes), "--seed", str(seed), "--out", str(directory / SUITE_FILE)]
 

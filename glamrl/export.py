@@ -161,11 +161,11 @@ def _notes(seq2seq: bool, action_heads: bool) -> dict[str, str]:
 
 # -------------------------------------------------------------------- model card
 def example_prompt(cfg: TrainConfig) -> str:
-    """The first prompt of the run's first episode (seed env.seed)."""
+    """The first prompt of the run's first episode (seed env.train_seed)."""
     from glamrl.envs.factory import make_env
 
     env = make_env(cfg.env.id, task=cfg.env.task, language=cfg.env.language, max_steps=cfg.env.max_steps)
-    obs, _ = env.reset(seed=cfg.env.seed)
+    obs, _ = env.reset(seed=cfg.env.train_seed)
     env.close()
     return build_prompt(cfg.prompt.actions, obs["mission"], [obs["descriptions"]], [], cfg.env.language)
 
@@ -291,7 +291,8 @@ def model_card(cfg: TrainConfig, state: Checkpoint, manifest: PolicyManifest, ru
         f"{' and the NPAE action heads' if manifest.use_action_heads else ''}.", "",
         "## What it was grounded on", "",
         f"- Environment: `{cfg.env.id}`{task} (BabyAI-Text: text descriptions of a BabyAI agent's 7x7 view), "
-        f"language {cfg.env.language}, {cfg.env.num_envs} parallel envs, seeds {cfg.env.seed}.., episode limit "
+        f"language {cfg.env.language}, {cfg.env.num_envs} parallel envs, seed {cfg.env.seed} "
+        f"(episodes from {cfg.env.train_seed}, env.seeding {cfg.env.seeding}), episode limit "
         f"{cfg.env.max_steps or 'the level default'}.",
         reward,
         f"- Base model: `{cfg.model.name}` ({cfg.model.dtype}"

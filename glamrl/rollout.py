@@ -16,10 +16,6 @@ from glamrl.envs import EpisodeResult, finished_episodes
 from glamrl.run.checkpoint import seeded
 from glamrl.stats import mean_interval, wilson_interval
 
-EVAL_SEED_OFFSET = 1_000_000
-"""Evaluation episodes never share seeds with training ones (which start at env.seed): see `eval_seed`."""
-
-
 @dataclass
 class Step:
     """One synchronous step of N envs (after a done, `next_obs` is the new episode's start)."""
@@ -50,12 +46,6 @@ def step(envs: gym.vector.VectorEnv, agent: Agent, obs: dict[str, Any]) -> Step:
     decision = agent.act(obs)
     next_obs, rewards, terminated, truncated, infos = envs.step(decision.actions)
     return Step(decision, next_obs, np.asarray(rewards, dtype=np.float32), terminated, truncated, infos)
-
-
-def eval_seed(seed: int) -> int:
-    """The seed of the first evaluation episode of seed `seed` (a run's env.seed, or `--seed`): episode k plays
-    from eval_seed(seed) + k, in `glamrl eval`, its suite, `glamrl play` and a training run's evaluations."""
-    return seed + EVAL_SEED_OFFSET
 
 
 def evaluate(

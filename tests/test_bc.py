@@ -17,7 +17,7 @@ from glamrl.run.checkpoint import load_checkpoint
 from glamrl.config import AgentConfig, ConfigError, load_train_config
 from glamrl.demos import DemoFileError, read_demos
 from glamrl.envs.actions import ACTION_NAMES
-from glamrl.rollout import eval_seed, evaluate
+from glamrl.rollout import evaluate
 from glamrl.trainers.common import TrainerMismatchError, evaluate_policy
 from glamrl.trainers.ppo import train_ppo
 
@@ -69,7 +69,7 @@ def test_cloning_a_tiny_llm_beats_random_and_ppo_starts_from_it(demos, tmp_path)
     random_success = evaluate_policy(dataclasses.replace(eval_cfg, agent=AgentConfig(kind="random")), None)
     envs = cfg.env.make_vector_env()
     agent, _ = restore_agent(run, envs, kind="llm")
-    cloned = evaluate(envs, agent, 100, seed=eval_seed(cfg.env.seed))
+    cloned = evaluate(envs, agent, 100, seed=cfg.env.eval_seed)
     print(f"random {random_success['success_rate']:.2f}, cloned {cloned['success_rate']:.2f}")
     assert random_success["success_rate"] < 0.3 and cloned["success_rate"] >= 0.8
 

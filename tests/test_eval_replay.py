@@ -1,4 +1,4 @@
-"""Evaluation replays: episode k of an evaluation plays from seed + EVAL_SEED_OFFSET + k, whatever the command
+"""Evaluation replays: episode k of an evaluation plays from the seed's `eval_seed` + k, whatever the command
 (eval, eval --tests, the training evaluation), num_envs or a suite test's place; a run's env settings are the
 default ones of `eval --run` and `play --run`; flags that cannot apply are refused."""
 
@@ -15,6 +15,7 @@ from glamrl.config import AgentConfig, load_train_config
 from glamrl.envs import make_vector_env
 from glamrl.eval.suite import TESTS, run_suite
 from glamrl.rollout import run_episodes
+from glamrl.seeds import eval_seed
 from glamrl.trainers.common import evaluate_policy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -58,7 +59,7 @@ def test_eval_the_suite_and_training_evaluate_the_same_episodes(tmp_path):
     plain = eval_json(tmp_path, "--agent", "bot", "--env", LEVEL, "--episodes", "10", "--seed", "3")
     suite = eval_json(tmp_path, "--agent", "bot", "--env", LEVEL, "--tests", "no_change", "--episodes", "10",
                       "--seed", "3")
-    assert plain["eval_seed"] == suite["eval_seed"] == 1_000_003 and plain["num_envs"] == suite["num_envs"] == 4
+    assert plain["eval_seed"] == suite["eval_seed"] == eval_seed(3, "spread") and plain["num_envs"] == suite["num_envs"] == 4
     assert stats(plain) == stats(suite["tests"]["no_change"])
     cfg = load_train_config(None, [f"env.id={LEVEL}", "env.seed=3", "env.num_envs=3", "run.eval_episodes=10"])
     trained = evaluate_policy(dataclasses.replace(cfg, agent=AgentConfig(kind="bot")), None)

@@ -13,7 +13,7 @@ from glamrl.config import load_train_config
 from glamrl.eval import provenance as prov
 from glamrl.eval.provenance import SPEED_FLAGS
 from glamrl.llm.precision import cpu_fields, cpu_flags
-from glamrl.rollout import eval_seed
+from glamrl.seeds import eval_seed
 from glamrl.trainers.ppo import train_ppo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -59,7 +59,7 @@ def test_a_training_run_saves_its_evaluations_with_their_provenance(run):
         assert 0 <= saved["success_rate"] <= 1 and saved["episodes"] == 2
         assert record["checkpoint"] == checkpoint
         assert (record["run_dir"], record["model"], record["agent"]) == (str(run.resolve()), "tiny-llama", "llm")
-        assert record["episode_seeds"] == {"first": eval_seed(5), "count": 2}
+        assert record["episode_seeds"] == {"first": eval_seed(5, "spread"), "count": 2}
         assert (record["level"], record["num_envs"], record["greedy"]) == (LEVEL, 2, False)
         check_common(record)
 
@@ -71,7 +71,7 @@ def test_eval_of_a_run_records_its_checkpoint(run, tmp_path):
     record = json.loads(out.read_text())["provenance"]
     assert record["checkpoint"] == {"update": 2, "frames": 16}
     assert (record["run_dir"], record["model"], record["greedy"]) == (str(run.resolve()), "tiny-llama", True)
-    assert record["episode_seeds"] == {"first": eval_seed(7), "count": 2}
+    assert record["episode_seeds"] == {"first": eval_seed(7, "spread"), "count": 2}
 
 
 def test_eval_and_suite_of_a_fresh_agent_record_level_seeds_and_version(tmp_path):
@@ -83,7 +83,7 @@ def test_eval_and_suite_of_a_fresh_agent_record_level_seeds_and_version(tmp_path
         record = json.loads((tmp_path / name).read_text())["provenance"]
         assert (record["run_dir"], record["model"], record["checkpoint"], record["agent"]) == (None, None, None,
                                                                                                "random")
-        assert record["episode_seeds"] == {"first": eval_seed(2), "count": 3}
+        assert record["episode_seeds"] == {"first": eval_seed(2, "spread"), "count": 3}
         assert (record["level"], record["num_envs"], record["greedy"]) == (LEVEL, 3, False)
         check_common(record)
 

@@ -31,8 +31,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 # float32 on every CPU (auto picks bf16 on AVX-512 BF16 and AMX, so the trajectories would differ by machine).
 # train_layers=1 (top block of 2, final norm, LM head, value head; embeddings and block 0 frozen and cached), in
 # float32 on a 2-core AVX2 AMD EPYC (2026-12-02): seeds 2, 3, 4, 5 reached 1.0, 0.995, 1.0, 1.0; seed 1 0.855
-# (in bf16 on AVX-512 BF16 it had reached 1.0).
-@pytest.mark.parametrize("extra", [["model.compute_dtype=float32"],
+# (in bf16 on AVX-512 BF16 it had reached 1.0); seed 2 still passes under env.seeding=spread. The full run's seeds
+# were measured on the episodes of env.seeding=offset; under spread, seed 3 ended at 0.465 after its 60 updates
+# (the same Zen 3, 2026-12-03), so it keeps offset's episodes.
+@pytest.mark.parametrize("extra", [["model.compute_dtype=float32", "env.seeding=offset"],
                                    ["model.compute_dtype=float32", "model.train_layers=1", "env.seed=2"]],
                          ids=["full", "train_layers"])
 def test_ppo_learns_to_turn_towards_the_object_named_in_the_text(tmp_path, extra):

@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
-from glamrl.config import load_yaml  # noqa: E402
+from glamrl.config import load_yaml, with_saved_defaults  # noqa: E402
 from glamrl.errors import GlamrlError  # noqa: E402
 from glamrl.files import atomic_output  # noqa: E402
 from glamrl.run.dir import MARKER  # noqa: E402
@@ -45,7 +45,7 @@ def config_key(run_dir: Path) -> str:
     path = RunDir(run_dir).config
     if not path.exists():
         return f"<no config: {run_dir.resolve()}>"
-    config = load_yaml(path)
+    config = with_saved_defaults(load_yaml(path))  # a run saved before a field existed groups as what it ran
     if isinstance(config.get("env"), dict):
         config["env"].pop("seed", None)
     return yaml.safe_dump(config, sort_keys=True)

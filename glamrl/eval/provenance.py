@@ -27,7 +27,6 @@ import torch
 
 from glamrl.config import EnvConfig, TrainConfig
 from glamrl.files import write_text
-from glamrl.rollout import eval_seed
 from glamrl.run.checkpoint import Progress
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -75,16 +74,17 @@ def machine() -> dict[str, Any]:
 def write_evaluation(path: Path, cfg: TrainConfig, summary: dict[str, Any], *, run_dir: Path | None,
                      progress: Progress | None, greedy: bool) -> Path:
     """A training run's evaluation (`glamrl.trainers.common.evaluate_policy`'s summary: episode k from
-    `eval_seed(env.seed)` + k) as `glamrl eval --out` writes one: the level, the summary, its provenance."""
+    env.eval_seed + k) as `glamrl eval --out` writes one: the level, the summary, its provenance."""
     origin = provenance(cfg, run_dir=run_dir, progress=progress, greedy=greedy, num_envs=cfg.env.num_envs,
-                        first_seed=eval_seed(cfg.env.seed), episodes=cfg.run.eval_episodes)
+                        first_seed=cfg.env.eval_seed, episodes=cfg.run.eval_episodes)
     return write_text(path, json.dumps({"agent": cfg.agent.kind, "env": cfg.env.id, **summary,
                                         "provenance": origin}, indent=2))
 
 
 def level(env: EnvConfig) -> dict[str, Any]:
-    """The env settings an episode plays under: `EnvConfig` without the run's seed and env count."""
-    return {k: v for k, v in dataclasses.asdict(env).items() if k not in ("seed", "num_envs")}
+    """The env settings an episode plays under: `EnvConfig` without the run's seeds (the record's `episode_seeds`
+    says which episodes) and env count."""
+    return {k: v for k, v in dataclasses.asdict(env).items() if k not in ("seed", "seeding", "num_envs")}
 
 
 def model_name(cfg: TrainConfig) -> str | None:

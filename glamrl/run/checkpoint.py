@@ -227,9 +227,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed Python `random`, numpy's global RNG and torch's (CPU and CUDA) with `seed`."""
+    """Seed Python `random`, numpy's global RNG and torch's (CPU and CUDA) with `seed` (>= 0, below 2**64: the
+    evaluation seeds of env.seeding=spread pass 2**32; numpy's global RNG then takes the seed's 32-bit words)."""
     random.seed(seed)
-    np.random.seed(seed)
+    np.random.seed(seed if seed < 2**32 else [(seed >> shift) & 0xFFFFFFFF for shift in (0, 32)])
     torch.manual_seed(seed)
 
 

@@ -54,7 +54,8 @@ from typing import TYPE_CHECKING
 import yaml
 
 from glamrl.config import (RESOLVED, RESUMABLE, ConfigError, Resolved, TrainConfig, apply_overrides, changed_fields,
-                           config_hash, flatten, from_dict, identity_changes, load_yaml, without_resolved)
+                           config_hash, flatten, from_dict, identity_changes, load_yaml, with_saved_defaults,
+                           without_resolved)
 from glamrl.errors import GlamrlError
 from glamrl.files import check_writable_dir, is_temp_of, remove, remove_stale_temps_in, write_text
 
@@ -272,7 +273,8 @@ class RunDir:
         if not self.config.exists():
             return None
         try:
-            return from_dict(TrainConfig, apply_overrides(without_resolved(load_yaml(self.config)), overrides))
+            saved = with_saved_defaults(without_resolved(load_yaml(self.config)))
+            return from_dict(TrainConfig, apply_overrides(saved, overrides))
         except ConfigError as err:
             raise ConfigError(f"{err} (in the run's saved config {self.config}; fix it or start afresh with "
                               f"--overwrite)") from None

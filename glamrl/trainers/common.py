@@ -44,7 +44,7 @@ from glamrl.config import ConfigError, Resolved, TrainConfig, changed_fields, fl
 from glamrl.errors import GlamrlError
 from glamrl.memory import peak_rss_gb, reuse_freed_memory, rss_gb
 from glamrl.parallel import distributed, sharding
-from glamrl.rollout import eval_seed, run_episodes, summarize
+from glamrl.rollout import run_episodes, summarize
 from glamrl.run import checkpoint
 from glamrl.run.checkpoint import Checkpoint, Progress, rng_state, seed_everything, set_rng_state
 from glamrl.run.dir import EVAL_AFTER, EVAL_BEFORE, RunDir
@@ -293,7 +293,7 @@ def report_success(cfg: TrainConfig, model: torch.nn.Module, when: str, say: Cal
 
 def evaluate_policy(cfg: TrainConfig, policy: torch.nn.Module) -> dict[str, Any]:
     """The policy's success on the evaluation episodes of `glamrl eval --run` (seeds apart from training): episode
-    k from eval_seed(env.seed) + k, the ranks playing consecutive blocks of them."""
+    k from env.eval_seed + k, the ranks playing consecutive blocks of them."""
     ranks = distributed.current()
     episodes, world = cfg.run.eval_episodes, ranks.world_size
     share = episodes // world + (ranks.rank < episodes % world)
@@ -302,7 +302,7 @@ def evaluate_policy(cfg: TrainConfig, policy: torch.nn.Module) -> dict[str, Any]
     agent = make_agent(cfg, policy, envs, greedy=cfg.run.eval_greedy)
     try:
         with sharding.gathered(policy):  # ranks play different episodes: a sharded policy acts on whole weights
-            results = run_episodes(envs, agent, share, seed=eval_seed(cfg.env.seed) + first)
+            results = run_episodes(envs, agent, share, seed=cfg.env.eval_seed + first)
     finally:
         envs.close()
     return summarize(distributed.gather_lists(results))

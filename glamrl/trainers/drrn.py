@@ -91,7 +91,7 @@ def train_drrn(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: 
         agent.rng = np.random.default_rng([cfg.env.seed, update])
 
     success_before = session.begin(network)
-    obs, _ = envs.reset(seed=cfg.env.seed + update * N)  # a resumed run starts fresh episodes
+    obs, _ = envs.reset(seed=cfg.env.train_seed + update * N)  # a resumed run starts fresh episodes
     bar = tqdm(total=d.total_frames, initial=frames, unit="frame", disable=not session.progress)
     start_time = time.time() - duration
     stop = session.out_of_time(duration)  # run.max_minutes counts the run's training time over every invocation

@@ -78,9 +78,9 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
         seed_everything(cfg.env.seed + 7919 * (update * K + ranks.rank))
 
     success_before = session.begin(policy)
-    # env i of rank r starts at seed + (update * K + r) * N + i: no two envs, ranks or updates share a seed,
-    # and a resumed run starts fresh episodes
-    obs, _ = envs.reset(seed=cfg.env.seed + (update * K + ranks.rank) * N)
+    # env i of rank r starts at train_seed + (update * K + r) * N + i: no two envs, ranks or updates share a
+    # seed, and a resumed run starts fresh episodes
+    obs, _ = envs.reset(seed=cfg.env.train_seed + (update * K + ranks.rank) * N)
     with sharding.gathered(policy):
         probes = start_probe_log(cfg, session.run, policy, probe_set, session.resumed_log_rows) \
             if session.is_main else None
