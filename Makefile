@@ -24,11 +24,13 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/glamrl train --config configs/goto_cpu.yaml --run-dir runs/goto_cpu
 
+# One test process per core, each running whole files (their module fixtures built once) on one torch thread
+# (tests/conftest.py).
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n auto --dist loadfile -m "not slow"
 
 $(DOCS_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[docs]'

@@ -9,6 +9,9 @@ import torch
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test`: one test process per core (pytest -n auto)
+    os.environ["OMP_NUM_THREADS"] = "1"  # so are the glamrl processes the tests start
+    torch.set_num_threads(1)
 
 
 @pytest.fixture
