@@ -191,7 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="log.csv columns to draw, comma-separated, one subplot each (default: "
                          "success_rate,return_mean; docs/reference/metrics.md lists them)")
     pl.add_argument("--smooth", type=positive_int, default=None,
-                    help="draw each run's moving average over this many rows (default: 1, as logged)")
+                    help="draw each run's moving average over this many rows (default: 1, as logged); "
+                         "success rates and mean returns and lengths pooled over the rows' episodes")
     pl.add_argument("--x", choices=("frames", "minutes"), default=None,
                     help="the x axis: frames (default), or minutes of training (log.csv's duration)")
     pl.add_argument("--probes", action="store_true", help="draw the run's probes.csv (pi(a | probe)) instead")

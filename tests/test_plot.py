@@ -82,6 +82,51 @@ def test_moving_average_by_hand():
     assert moving_average(np.array([1.0, 2.0, 3.0, 4.0]), 2) == pytest.approx([1.0, 1.5, 2.5, 3.5])
     assert moving_average(np.array([1.0, 2.0, 6.0]), 5) == pytest.approx([1.0, 1.5, 3.0])  # fewer at the start
     assert moving_average(np.array([1.0, 5.0]), 1) == pytest.approx([1.0, 5.0])
+    # weighted: a pooled rate, 1 success of 1 episode then 0 of 3 -> 1/4 over the two rows, not 1/2
+    assert moving_average(np.array([1.0, 0.0, 1.0]), 2, np.array([1.0, 3.0, 1.0])) == pytest.approx([1.0, 0.25, 0.25])
+
+
+def test_row_episodes_counts_what_each_rows_mean_is_over():
+    rows = [{"episodes": 2, "success_rate": 0.5, "success_rate_go_to": 0.5, "ended_go_to": 2},
+            {"episodes": 2},  # no episode ended: empty cells
+            {"episodes": 7, "success_rate": 0.2, "success_rate_go_to": 0.0, "ended_go_to": 1,
+             "success_rate_open": 0.25, "ended_open": 4}]
+    assert list(plot.row_episodes(rows, "success_rate")) == [2, 0, 5]
+    assert list(plot.row_episodes(rows, "num_frames_mean")) == [2, 0, 5]
+    assert list(plot.row_episodes(rows, "success_rate_go_to"))[::2] == [2, 1]
+    assert plot.row_episodes(rows, "success_rate_open")[2] == 4
+    assert plot.row_episodes(rows, "num_frames_max") is None  # not a mean: smoothed as logged
+    older = [{k: v for k, v in row.items() if not k.startswith("ended_")} for row in rows]
+    assert plot.row_episodes(older, "success_rate_go_to") is None  # a log from before ended_TASK
+
+
+def test_smoothed_success_is_pooled_over_the_rows_episodes(tmp_path, monkeypatch):
+    """A row that ended one episode, a success, then one that ended nine failures: 0.1 over the two, not 0.5."""
+    run = _logged_run(tmp_path, [{"update": 1, "frames": 8, "episodes": 1, "success_rate": 1.0},
+                                 {"update": 2, "frames": 16, "episodes": 10, "success_rate": 0.0}])
+    figures = _drawn(monkeypatch)
+    plot_runs([run], tmp_path / "p.png", metrics=("success_rate",), smooth=2)
+    (line,) = figures[0].axes[0].get_lines()
+    assert list(line.get_ydata()) == pytest.approx([1.0, 0.1])
+
+
+@pytest.mark.parametrize("frames_per_update, until", [(8, 24), (16, 48)])  # one process; DD-PPO on 2 ranks
+def test_curves_shade_the_rows_before_every_env_could_time_out(tmp_path, monkeypatch, frames_per_update, until):
+    """2 envs x a 10-step time-out (x 2 ranks): before 20 (40) frames only episodes shorter than 10 steps can have
+    ended; the shade ends at the first row at or past it, on the episode curves only."""
+    run = _logged_run(tmp_path, [{"update": u, "frames": frames_per_update * u, "episodes": u,
+                                  "success_rate": 1.0, "loss": 0.5} for u in range(1, 6)])
+    config = {"env": {"id": "BabyAI-GoToObjS4-v0", "num_envs": 2, "max_steps": 10},
+              "ppo": {"num_steps": 4, "minibatch_size": 4}}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    figures = _drawn(monkeypatch)
+    plot_runs([run], tmp_path / "p.png", metrics=("success_rate", "loss"))
+    success, loss = figures[0].axes
+    (span,) = success.patches
+    assert span.get_x() == frames_per_update and span.get_x() + span.get_width() == until
+    assert span.get_label() == plot.SHORT_EPISODES_ONLY and not loss.patches
+    bc = [{"update": u, "steps": 20 * u, "frames": 320 * u, "loss": 0.5} for u in range(1, 4)]
+    assert plot.first_time_out(run, bc, "frames") is None  # a BC run logs no episodes: nothing to shade
 
 
 def _drawn(monkeypatch) -> list:

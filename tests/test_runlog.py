@@ -144,8 +144,9 @@ def test_episode_stats_per_task_kind_by_hand():
                          ["go_to", "open", "go_to", "go_to"])
     stats = episode_stats(finished, per_task=True)
     assert stats["success_rate_go_to"] == pytest.approx(2 / 3) and stats["success_rate_open"] == 0.0
-    assert "success_rate_pick_up" not in stats  # no episode of it ended: an empty cell, not 0
-    assert not [k for k in episode_stats(finished) if k.startswith("success_rate_")]
+    assert stats["ended_go_to"] == 3 and stats["ended_open"] == 1  # what each rate rests on
+    assert "success_rate_pick_up" not in stats and "ended_pick_up" not in stats  # none ended: empty cells, not 0
+    assert not [k for k in episode_stats(finished) if k.startswith(("success_rate_", "ended_"))]
 
 
 def test_episode_stats_without_finished_episodes_has_no_nan():

@@ -308,8 +308,8 @@ def test_fast_paths_equal_their_plain_references():
 
 
 def test_a_mixed_level_logs_each_task_kinds_success(tmp_path):
-    """On a level of several task kinds, each row also has success_rate_TASK of the kinds whose episodes ended
-    (episodes cut at 16 steps so that many end); a one-task level has no such column."""
+    """On a level of several task kinds, each row also has success_rate_TASK and ended_TASK of the kinds whose
+    episodes ended (episodes cut at 16 steps so that many end); a one-task level has no such column."""
     from glamrl.envs.levels import TRAIN_TASKS
 
     mixed = [*(o for o in TINY if not o.startswith("env.id=")), "env.id=BabyAI-MixedTrainLocal-v0", "env.max_steps=16",
@@ -319,12 +319,19 @@ def test_a_mixed_level_logs_each_task_kinds_success(tmp_path):
     rows = RunDir(tmp_path / "mixed").read_log()
     columns = {key.removeprefix("success_rate_") for row in rows for key in row if key.startswith("success_rate_")}
     assert columns and columns <= set(TRAIN_TASKS)
-    for row in rows:  # each kind's rate is a share of that kind's episodes; together they average to the whole
-        rates = [row[f"success_rate_{t}"] for t in columns if not math.isnan(row.get(f"success_rate_{t}", math.nan))]
-        assert bool(rates) == (not math.isnan(row["success_rate"]))  # empty cells where no episode ended
-        if rates:
-            assert all(0 <= r <= 1 for r in rates) and min(rates) <= row["success_rate"] <= max(rates)
+    before = 0
+    for row in rows:  # each kind's rate is a share of its ended episodes; weighted by them, they are the whole
+        kinds = [t for t in columns if not math.isnan(row.get(f"success_rate_{t}", math.nan))]
+        assert bool(kinds) == (not math.isnan(row["success_rate"]))  # empty cells where no episode ended
+        ended = {t: row[f"ended_{t}"] for t in kinds}
+        assert sum(ended.values()) == row["episodes"] - before and all(n >= 1 for n in ended.values())
+        if kinds:
+            assert all(0 <= row[f"success_rate_{t}"] <= 1 for t in kinds)
+            assert sum(row[f"success_rate_{t}"] * n for t, n in ended.items()) / sum(ended.values()) == \
+                pytest.approx(row["success_rate"])
+        before = row["episodes"]
     one = [*TINY, "ppo.total_frames=1024"]
     train_ppo(load_train_config("configs/symbolic_small.yaml", one), tmp_path / "one", progress=False,
               say=lambda _: None)
-    assert not [key for row in RunDir(tmp_path / "one").read_log() for key in row if key.startswith("success_rate_")]
+    assert not [key for row in RunDir(tmp_path / "one").read_log() for key in row
+                if key.startswith(("success_rate_", "ended_"))]

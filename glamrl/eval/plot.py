@@ -6,7 +6,11 @@ they all cover (interpolated, cut to the shortest run). Other runs get one line 
 line is labelled by its agent kind, model and level, then its run names, so runs of
 different agent kinds (llm, npae, drrn, symbolic, bc) compare on one figure. Any log.csv
 column can be drawn; subplots are titled by the metric's label (`glamrl.run.metrics`), and
-each run's curve may be smoothed by a trailing moving average before it is grouped.
+each run's curve may be smoothed by a trailing moving average before it is grouped: pooled
+over the rows' episodes for the means over the episodes that ended in a row (a row that
+ended 2 episodes weighs a fifth of one that ended 10). Those curves shade their first rows,
+where not every env has yet run the level's time-out: only short episodes can have ended
+there, and the successes end first, so the training success rate reads high.
 """
 
 from __future__ import annotations
@@ -95,32 +99,84 @@ def check_metrics(metrics: Sequence[str], logs: Sequence[list[dict[str, float]]]
                                      f"{', '.join(columns or LOG_METRICS)}")
 
 
-def moving_average(ys: np.ndarray, window: int) -> np.ndarray:
-    """Trailing mean of the last `window` points (fewer at the start): point i is the mean of ys[i-window+1 .. i]."""
-    sums = np.concatenate([[0.0], np.cumsum(ys)])
+def moving_average(ys: np.ndarray, window: int, weights: np.ndarray | None = None) -> np.ndarray:
+    """Trailing mean of the last `window` points (fewer at the start): point i is the mean of ys[i-window+1 .. i],
+    weighted by `weights` where given (a pooled rate: each row's rate counts as many times as it has episodes)."""
+    weights = np.ones_like(ys) if weights is None else weights
+    sums, totals = (np.concatenate([[0.0], np.cumsum(v)]) for v in (ys * weights, weights))
     end = np.arange(1, len(ys) + 1)
     start = np.maximum(0, end - window)
-    return (sums[end] - sums[start]) / (end - start)
+    return (sums[end] - sums[start]) / (totals[end] - totals[start])
+
+
+POOLED = ("success_rate", "return_mean", "num_frames_mean")
+"""Means over the episodes that ended in a row: smoothed as pooled over the window's episodes (`row_episodes`)."""
+
+
+def row_episodes(rows: list[dict[str, float]], metric: str) -> np.ndarray | None:
+    """(rows,) how many episodes each row's value of `metric` is a mean over: the rows' share of the cumulative
+    `episodes` for `POOLED`, `ended_TASK` for `success_rate_TASK`; None for other metrics, or a log without
+    the counts (written before `ended_TASK`)."""
+    if metric in POOLED and all("episodes" in r for r in rows):
+        return np.diff(np.array([0.0] + [r["episodes"] for r in rows]))
+    if metric.startswith("success_rate_"):
+        column = "ended_" + metric.removeprefix("success_rate_")
+        counts = np.array([r.get(column, np.nan) for r in rows])
+        ended = ~np.isnan(np.array([r.get(metric, np.nan) for r in rows]))
+        return counts if not np.isnan(counts[ended]).any() else None
+    return None
 
 
 def _curve(rows: list[dict[str, float]], x: str, metric: str, smooth: int) -> tuple[np.ndarray, np.ndarray]:
-    """(x, metric) of the rows that have both, the metric smoothed over `smooth` of them; x "minutes" is the
-    wall-clock `duration` in minutes."""
+    """(x, metric) of the rows that have both, the metric smoothed over `smooth` of them (pooled over their
+    episodes where `row_episodes` counts them); x "minutes" is the wall-clock `duration` in minutes."""
     xs = np.array([r.get("duration", np.nan) / 60 if x == "minutes" else r.get(x, np.nan) for r in rows])
     ys = np.array([r.get(metric, np.nan) for r in rows])
     keep = ~(np.isnan(xs) | np.isnan(ys))
-    return xs[keep], moving_average(ys[keep], smooth)
+    weights = row_episodes(rows, metric)
+    return xs[keep], moving_average(ys[keep], smooth, None if weights is None else weights[keep])
 
 
-def _plot_group(ax: plt.Axes, curves: list[tuple[np.ndarray, np.ndarray]], label: str) -> None:
+SHORT_EPISODES_ONLY = "before every env could time out: only short episodes had ended"
+
+
+def first_time_out(run_dir: Path, rows: list[dict[str, float]], x: str) -> float | None:
+    """`x` (a column, or minutes of `duration`) at the first row by which every training env has run the level's
+    time-out, so could have ended an episode by it. Before it only the episodes shorter than the time-out can
+    have ended, the successes first: the training success rate reads high there. None for a run that logs no
+    episodes (BC), has no config or has not got that far."""
+    from glamrl.agents.registry import agent_kind
+    from glamrl.envs.factory import make_env
+
+    cfg = RunDir(run_dir).read_config()
+    if cfg is None or not rows or "episodes" not in rows[0]:  # BC logs no episodes
+        return None
+    env = make_env(cfg.env.id, task=cfg.env.task, max_steps=cfg.env.max_steps)
+    env.reset(seed=cfg.env.train_seed)
+    limit = env.unwrapped.max_steps  # the level's time-out (a BabyAI level sets it at reset)
+    env.close()
+    ppo = agent_kind(cfg.agent.kind).trainer.name == "ppo"
+    ranks = max(1, round(rows[0]["frames"] / cfg.batch_size)) if ppo else 1  # DD-PPO's rows count all ranks
+    frames = limit * cfg.env.num_envs * ranks
+    row = next((r for r in rows if r["frames"] >= frames), None)
+    return None if row is None else row["duration"] / 60 if x == "minutes" else row.get(x)
+
+
+def _plot_group(ax: plt.Axes, curves: list[tuple[np.ndarray, np.ndarray]], label: str,
+                time_out: float | None) -> None:
+    """The group's curve (one run's, or their mean and range), and its rows before `first_time_out` shaded."""
     curves = [c for c in curves if len(c[0])]
     if len(curves) == 1:
-        ax.plot(*curves[0], label=label)
+        (line,) = ax.plot(*curves[0], label=label)
     elif curves:
         grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), GRID_POINTS)
         ys = np.stack([np.interp(grid, cx, cy) for cx, cy in curves])  # (runs, GRID_POINTS)
         (line,) = ax.plot(grid, ys.mean(0), label=f"{label} (mean of {len(curves)})")
         ax.fill_between(grid, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.2)
+    if curves and time_out is not None and time_out > min(c[0][0] for c in curves):
+        shown = SHORT_EPISODES_ONLY in ax.get_legend_handles_labels()[1]  # one legend entry for every group's span
+        ax.axvspan(min(c[0][0] for c in curves), time_out, color=line.get_color(), alpha=0.08,
+                   label="_nolegend_" if shown else SHORT_EPISODES_ONLY)
 
 
 def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: str = "frames",
@@ -129,7 +185,8 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
               group_by: Callable[[Path], Hashable] = config_key) -> Path:
     """Plot `metrics` (log.csv columns) against `x` (a column, or "minutes" of wall clock) for the runs, one
     subplot per metric titled by its label; return the PNG path. `smooth`: each run's curve is the moving
-    average of its last `smooth` points (1: as logged). The runs of a group (`group_runs` by `group_by`: by
+    average of its last `smooth` points (1: as logged), pooled over their episodes where `row_episodes` counts
+    them; those curves shade their rows before `first_time_out`. The runs of a group (`group_runs` by `group_by`: by
     default the same config but env.seed) are drawn as their mean and range. `labels` names a group by its
     first run (default: agent, model, level and run names); `baselines` draws {label: {metric: value}} as
     horizontal lines, each its own dash (evaluated agents).
@@ -142,11 +199,14 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
     groups = group_runs(run_dirs, group_by)
     logs = {run: RunDir(run).read_log() for group in groups for run in group}
     check_metrics(metrics, list(logs.values()))
+    time_outs = {group[0]: first_time_out(group[0], logs[group[0]], x) for group in groups}  # seeds share a config
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         for group in groups:
             legend = (labels or {}).get(group[0]) or f"{agent_label(group[0])}: {', '.join(run.name for run in group)}"
-            _plot_group(ax, [_curve(logs[run], x, metric, smooth) for run in group], legend)
+            episodic = metric in POOLED or metric.startswith("success_rate_")
+            _plot_group(ax, [_curve(logs[run], x, metric, smooth) for run in group], legend,
+                        time_outs[group[0]] if episodic else None)
         for (name, values), dash in zip((baselines or {}).items(), itertools.cycle(BASELINE_DASHES)):
             if metric in values:
                 ax.axhline(values[metric], linestyle=dash, color="grey", label=name)

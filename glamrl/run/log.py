@@ -191,7 +191,8 @@ def _number(cell: str, path: Path, line: int, column: str) -> float:
 
 def episode_stats(finished: Sequence[EpisodeResult], per_task: bool = False) -> dict[str, float]:
     """`success_rate`, `return_*` and `num_frames_*` over the episodes finished in one row; with `per_task` (a
-    level of several task kinds), also `success_rate_TASK` for each task kind among them.
+    level of several task kinds), also `success_rate_TASK` and `ended_TASK` (how many of them ended: what the
+    kind's rate rests on) for each task kind among them.
 
     With no finished episode it returns {}: the columns stay empty in the CSV and absent
     from TensorBoard, never NaN; so does a task kind none of whose episodes ended. `episodes` is not
@@ -206,5 +207,7 @@ def episode_stats(finished: Sequence[EpisodeResult], per_task: bool = False) -> 
                       f"{name}_min": float(values.min()), f"{name}_max": float(values.max())})
     if per_task:
         for task in sorted({e.task for e in finished}):
-            stats[f"success_rate_{task}"] = float(np.mean([e.success for e in finished if e.task == task]))
+            successes = [e.success for e in finished if e.task == task]
+            stats[f"success_rate_{task}"] = float(np.mean(successes))
+            stats[f"ended_{task}"] = float(len(successes))
     return stats

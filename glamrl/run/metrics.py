@@ -53,7 +53,9 @@ LOG_METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("return_max", "charts", "highest return", "highest of their returns"),
     Metric("success_rate", "charts", "success rate", "share of them that reached the goal (sampled actions); on "
                                                      "a level of several task kinds (a Mixed level), also "
-                                                     "success_rate_TASK for each kind, e.g. success_rate_go_to"),
+                                                     "success_rate_TASK for each kind, e.g. success_rate_go_to, "
+                                                     "and ended_TASK, how many of the kind's episodes ended "
+                                                     "during the row"),
     Metric("num_frames_mean", "charts", "mean episode length (frames)", "their mean length in frames"),
     Metric("num_frames_std", "charts", "episode length std", "standard deviation of their lengths"),
     Metric("num_frames_min", "charts", "shortest episode (frames)", "the shortest of them"),
