@@ -477,25 +477,46 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=$SLURM_CPUS_PER_T
 
 
 # -------------------------------------------------------------------------------- report
+def ending_rows(rows: list[dict[str, float]]) -> list[tuple[dict[str, float], float]]:
+    """(row, how many training episodes ended in it) for the log rows that ended any (`row_episodes`: the
+    `episodes` column is cumulative); none for a log that counts no episodes (BC)."""
+    from glamrl.eval.plot import row_episodes
+
+    ended = row_episodes(rows, "success_rate")
+    if ended is None:
+        return []
+    return [(row, n) for row, n in zip(rows, ended) if n > 0 and math.isfinite(row.get("success_rate", math.nan))]
+
+
 def time_to_target(rows: list[dict[str, float]], target: float,
                    episodes: int = TARGET_EPISODES) -> tuple[float, float] | None:
     """(frames, minutes) at the first log row where the training episodes that ended in it and in the rows just
     before it, `episodes` of them or more, reached `target` success; None if none did. One row's rate is not
     enough: an early row ends few episodes, and the short ones first, which are the successes."""
     window: list[tuple[float, float]] = []  # (episodes ended, successes) of the latest rows that ended any
-    before = 0.0
-    for row in rows:
-        total = row.get("episodes", before)  # the column is cumulative
-        ended, before = total - before, total
-        rate = row.get("success_rate", math.nan)
-        if ended > 0 and math.isfinite(rate):
-            window.append((ended, rate * ended))
+    for row, ended in ending_rows(rows):
+        window.append((ended, row["success_rate"] * ended))
         while len(window) > 1 and sum(n for n, _ in window[1:]) >= episodes:
             window.pop(0)
         seen = sum(n for n, _ in window)
         if seen >= episodes and sum(s for _, s in window) / seen >= target:
             return row["frames"], row["duration"] / 60
     return None
+
+
+def last_episodes(rows: list[dict[str, float]], episodes: int = TARGET_EPISODES) -> tuple[float, float] | None:
+    """(success rate, mean length) of the training episodes that ended in the fewest last log rows holding
+    `episodes` of them or more (all of them, if the run ended fewer); None if none ended. The last row alone
+    holds a handful of episodes on a level of long ones."""
+    window = []
+    for row, ended in reversed(ending_rows(rows)):
+        window.append((ended, row["success_rate"] * ended, row["num_frames_mean"] * ended))
+        if sum(n for n, _, _ in window) >= episodes:
+            break
+    if not window:
+        return None
+    seen = sum(n for n, _, _ in window)
+    return sum(s for _, s, _ in window) / seen, sum(f for _, _, f in window) / seen
 
 
 def report_files(experiment: Experiment) -> tuple[Path, ...]:
@@ -574,7 +595,8 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
              f"rliable's bootstrap over the seeds, {reps} resamples; evaluated agents: over the seeds and their "
              f"episodes, or one seed's episodes]; one seed: its value.", "",
              f"| agent | seeds | frames to {experiment.target:g} | minutes to {experiment.target:g} | "
-             f"frames trained | minutes trained | last success | last mean length | evaluated after training |",
+             f"frames trained | minutes trained | training success, last {experiment.target_episodes} episodes | "
+             f"their mean length | evaluated after training |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 
     def over_seeds(values: list[float], runs: int, metric: str) -> str:
@@ -584,12 +606,10 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
         logs = [RunDir(d).read_log() for d in group]
         reached = [time_to_target(rows, experiment.target, experiment.target_episodes) for rows in logs]
         hits = [r for r in reached if r is not None]
-        # the last row that finished episodes (an empty success_rate cell, NaN: none ended in that row)
-        last = [next((r for r in reversed(rows) if math.isfinite(r.get("success_rate", math.nan))), {})
-                for rows in logs]
-        success, length = ((over_seeds([r["success_rate"] for r in last if r], len(group), "success"),
-                            over_seeds([r["num_frames_mean"] for r in last if r], len(group), "length"))
-                           if any(last) or not group else
+        last = [o for o in (last_episodes(rows, experiment.target_episodes) for rows in logs) if o is not None]
+        success, length = ((over_seeds([o[0] for o in last], len(group), "success"),
+                            over_seeds([o[1] for o in last], len(group), "length"))
+                           if last or not group else
                            ("a clone: no episodes",) * 2 if spec.clone else ("no episode finished",) * 2)
         label = spec.name + (f" (clone of {spec.clone} bot episodes)" if spec.clone else "") + (
             f" (from {spec.init_from})" if spec.init_from else "")

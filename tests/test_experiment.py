@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from glamrl.cli import main
-from glamrl.experiment import time_to_target
+from glamrl.experiment import last_episodes, time_to_target
 from glamrl.stats import METRICS
 from glamrl.run.dir import RunDir
 
@@ -246,6 +246,19 @@ def test_time_to_target_counts_a_rate_only_over_enough_episodes():
     assert time_to_target(rows, 0.9) == (256 * 7, 7.0)
     assert time_to_target(rows, 0.9, episodes=1) == (256, 1.0)  # the old rule: any one row
     assert time_to_target(rows, 0.99) is None and time_to_target(rows[:6], 0.9) is None
+
+
+def test_the_last_success_is_pooled_over_the_last_episodes_not_the_last_row():
+    def row(update, episodes, success, length):
+        return {"update": update, "frames": 256 * update, "episodes": episodes, "success_rate": success,
+                "num_frames_mean": length}
+
+    rows = [row(1, 20, 0.5, 30.0), row(2, 30, 1.0, 10.0), row(3, 30, math.nan, math.nan), row(4, 32, 0.0, 64.0)]
+    # by hand: the last 12 episodes or more are rows 4 and 2 (2 + 10): 10 successes, (2 x 64 + 10 x 10) / 12 frames
+    assert last_episodes(rows, 12) == pytest.approx((10 / 12, 228 / 12))
+    assert last_episodes(rows, 2) == pytest.approx((0.0, 64.0))  # the last row alone holds enough
+    assert last_episodes(rows, 100) == pytest.approx((20 / 32, (600 + 100 + 128) / 32))  # fewer ended: all
+    assert last_episodes([{"update": 1, "frames": 320, "loss": 0.5}]) is None  # BC: no episodes
 
 
 def curriculum_experiment(tmp_path, next_run: str) -> Path:

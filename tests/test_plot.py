@@ -125,6 +125,13 @@ def test_curves_shade_the_rows_before_every_env_could_time_out(tmp_path, monkeyp
     (span,) = success.patches
     assert span.get_x() == frames_per_update and span.get_x() + span.get_width() == until
     assert span.get_label() == plot.SHORT_EPISODES_ONLY and not loss.patches
+    twin = tmp_path / "twin"  # a second row of the same config: one span for both, one legend entry
+    twin.mkdir()
+    for name in ("config.yaml", "log.csv"):
+        (twin / name).write_bytes((run / name).read_bytes())
+    plot_runs([run, twin], tmp_path / "p.png", metrics=("success_rate",), group_by=str)
+    (span,) = figures[1].axes[0].patches
+    assert figures[1].axes[0].get_legend_handles_labels()[1].count(plot.SHORT_EPISODES_ONLY) == 1
     bc = [{"update": u, "steps": 20 * u, "frames": 320 * u, "loss": 0.5} for u in range(1, 4)]
     assert plot.first_time_out(run, bc, "frames") is None  # a BC run logs no episodes: nothing to shade
 

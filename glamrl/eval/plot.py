@@ -138,6 +138,7 @@ def _curve(rows: list[dict[str, float]], x: str, metric: str, smooth: int) -> tu
 
 
 SHORT_EPISODES_ONLY = "before every env could time out: only short episodes had ended"
+SPAN_LABELS = (SHORT_EPISODES_ONLY, "_short episodes only")  # the first span in the legend, the others not
 
 
 def first_time_out(run_dir: Path, rows: list[dict[str, float]], x: str) -> float | None:
@@ -167,16 +168,18 @@ def _plot_group(ax: plt.Axes, curves: list[tuple[np.ndarray, np.ndarray]], label
     """The group's curve (one run's, or their mean and range), and its rows before `first_time_out` shaded."""
     curves = [c for c in curves if len(c[0])]
     if len(curves) == 1:
-        (line,) = ax.plot(*curves[0], label=label)
+        ax.plot(*curves[0], label=label)
     elif curves:
         grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), GRID_POINTS)
         ys = np.stack([np.interp(grid, cx, cy) for cx, cy in curves])  # (runs, GRID_POINTS)
         (line,) = ax.plot(grid, ys.mean(0), label=f"{label} (mean of {len(curves)})")
         ax.fill_between(grid, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.2)
-    if curves and time_out is not None and time_out > min(c[0][0] for c in curves):
-        shown = SHORT_EPISODES_ONLY in ax.get_legend_handles_labels()[1]  # one legend entry for every group's span
-        ax.axvspan(min(c[0][0] for c in curves), time_out, color=line.get_color(), alpha=0.08,
-                   label="_nolegend_" if shown else SHORT_EPISODES_ONLY)
+    start = min(c[0][0] for c in curves) if curves else None
+    if time_out is not None and start is not None and time_out > start:
+        spans = {(p.get_x(), p.get_x() + p.get_width()) for p in ax.patches if p.get_label() in SPAN_LABELS}
+        if (start, time_out) not in spans:  # groups of one config share theirs; one legend entry for all
+            ax.axvspan(start, time_out, color="grey", alpha=0.12,
+                       label=SPAN_LABELS[1] if spans else SPAN_LABELS[0])
 
 
 def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: str = "frames",
