@@ -132,6 +132,10 @@ def test_curves_shade_the_rows_before_every_env_could_time_out(tmp_path, monkeyp
     plot_runs([run, twin], tmp_path / "p.png", metrics=("success_rate",), group_by=str)
     (span,) = figures[1].axes[0].patches
     assert figures[1].axes[0].get_legend_handles_labels()[1].count(plot.SHORT_EPISODES_ONLY) == 1
+    mixed = {**config, "env": {"id": "BabyAI-MixedTrainLocal-v0", "num_envs": 2}}  # go_to 64 steps, open 128
+    (run / "config.yaml").write_text(yaml.safe_dump(mixed))
+    rows = [{"frames": 8 * u, "episodes": u, "duration": 60.0 * u} for u in range(1, 40)]
+    assert plot.first_time_out(run, rows, "frames") == 256 and plot.first_time_out(run, rows, "minutes") == 32
     bc = [{"update": u, "steps": 20 * u, "frames": 320 * u, "loss": 0.5} for u in range(1, 4)]
     assert plot.first_time_out(run, bc, "frames") is None  # a BC run logs no episodes: nothing to shade
 

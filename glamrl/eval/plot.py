@@ -143,19 +143,21 @@ SPAN_LABELS = (SHORT_EPISODES_ONLY, "_short episodes only")  # the first span in
 
 def first_time_out(run_dir: Path, rows: list[dict[str, float]], x: str) -> float | None:
     """`x` (a column, or minutes of `duration`) at the first row by which every training env has run the level's
-    time-out, so could have ended an episode by it. Before it only the episodes shorter than the time-out can
+    time-out (its longest task kind's), so could have ended an episode by it. Before it only the episodes shorter than the time-out can
     have ended, the successes first: the training success rate reads high there. None for a run that logs no
     episodes (BC), has no config or has not got that far."""
     from glamrl.agents.registry import agent_kind
-    from glamrl.envs.factory import make_env
+    from glamrl.envs.factory import make_env, task_kinds
 
     cfg = RunDir(run_dir).read_config()
     if cfg is None or not rows or "episodes" not in rows[0]:  # BC logs no episodes
         return None
-    env = make_env(cfg.env.id, task=cfg.env.task, max_steps=cfg.env.max_steps)
-    env.reset(seed=cfg.env.train_seed)
-    limit = env.unwrapped.max_steps  # the level's time-out (a BabyAI level sets it at reset)
-    env.close()
+    limit = 0  # the level's longest time-out: a BabyAI level sets it at reset, a Mixed level per task kind
+    for task in task_kinds(cfg.env.id, cfg.env.task) if cfg.env.several_tasks else (cfg.env.task,):
+        env = make_env(cfg.env.id, task=task, max_steps=cfg.env.max_steps)
+        env.reset(seed=cfg.env.train_seed)
+        limit = max(limit, env.unwrapped.max_steps)
+        env.close()
     ppo = agent_kind(cfg.agent.kind).trainer.name == "ppo"
     ranks = max(1, round(rows[0]["frames"] / cfg.batch_size)) if ppo else 1  # DD-PPO's rows count all ranks
     frames = limit * cfg.env.num_envs * ranks
