@@ -70,8 +70,9 @@ GLAM_MEASURED = "on 2026-12-01 on a 2-core AMD EPYC (Zen 5, AVX-512 BF16), GLAM'
 GLAM = ["env.num_envs=2", "ppo.num_steps=8", "ppo.epochs=4", "ppo.minibatch_size=4", "prompt.nbr_obs=3",
         "run.eval_episodes=0", "run.tensorboard=false", "model.device=cpu"]
 VARIANTS = {  # model.gradient_checkpointing=auto: on for full fine-tuning, off with train_layers
-    "defaults": [],  # model.compute_dtype=auto, model.compile=auto, run.reuse_memory=true
+    "defaults": [],  # model.compute_dtype=auto, model.compile=auto, run.reuse_memory=true, run.kernel_cache=64
     "defaults, glibc's thresholds": ["run.reuse_memory=false"],
+    "defaults, 1,024 kernels": ["run.kernel_cache=1024"],  # oneDNN's and ideep's own capacity
     "auto full": ["model.compute_dtype=auto", "model.compile=false"],
     "auto train_layers=4": ["model.compute_dtype=auto", "model.train_layers=4", "model.compile=false"],
     "fp32 full": ["model.compute_dtype=float32", "model.compile=false"],

@@ -533,6 +533,13 @@ class RunConfig:
     to 512 MiB and its trim threshold to 2 GiB, for the whole training process), instead of mapping them afresh
     and page-faulting them in at every minibatch; false: glibc's own thresholds, which give memory back sooner at
     a cost in speed (docs/results.md). No effect where the C library is not glibc."""
+    kernel_cache: int = 64
+    """the most bf16 matmul kernels (one per input shape) that oneDNN and PyTorch's ideep each keep for reuse in the
+    training process (glamrl/memory.py). Prompts of new lengths bring new shapes, and each kernel holds about
+    0.7-2 MB: with the libraries' own 1,024 entries, bf16 full fine-tuning's memory grew by a fifth over 8
+    updates (docs/results.md). Too few entries rebuild kernels within every pass. Takes effect only in a process
+    that has run no bf16 matmul yet (a new `glamrl train` has not); ONEDNN_PRIMITIVE_CACHE_CAPACITY or
+    LRU_CACHE_CAPACITY already in the environment wins over it. fp32 matmuls do not use these caches."""
     stop_at_success: float | None = None
     """PPO and DRRN: stop cleanly after the first log row whose training episodes (all ranks together) reach
     this success rate (benchmarks/time_to_ground.py); BC, which plays no episodes, refuses it. None: train up to
@@ -541,6 +548,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         _check(self.eval_episodes >= 0, f"run.eval_episodes must be >= 0 (0 skips evaluation), got {self.eval_episodes}")
         _check(self.checkpoint_every >= 1, f"run.checkpoint_every must be >= 1, got {self.checkpoint_every}")
+        _check(self.kernel_cache >= 1, f"run.kernel_cache must be >= 1 (kernels per cache), got {self.kernel_cache}")
         _check(self.max_minutes is None or self.max_minutes > 0,
                f"run.max_minutes must be > 0 (or null: no time limit), got {self.max_minutes}")
         _check(self.stop_at_success is None or 0 < self.stop_at_success <= 1,

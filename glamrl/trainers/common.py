@@ -42,7 +42,7 @@ from glamrl.agents.registry import (LOOP_RUN_FIELDS, SHARED_SECTIONS, AgentKindE
                                     trainer)
 from glamrl.config import ConfigError, Resolved, TrainConfig, changed_fields, flatten, load_yaml
 from glamrl.errors import GlamrlError
-from glamrl.memory import peak_rss_gb, reuse_freed_memory, rss_gb
+from glamrl.memory import bound_kernel_caches, peak_rss_gb, reuse_freed_memory, rss_gb
 from glamrl.parallel import distributed, sharding
 from glamrl.rollout import run_episodes, summarize
 from glamrl.run import checkpoint
@@ -85,7 +85,8 @@ class Session:
     progress: bool
     """whether to draw a progress bar (rank 0 only)."""
     resolved: dict[str, Resolved]
-    """what the session's own settings became on this machine (run.reuse_memory), recorded with the model's."""
+    """what the session's own settings became on this machine (run.reuse_memory, run.kernel_cache), recorded with
+    the model's."""
     logger: RunLogger | None = None
     """the run's log, from `begin` (rank 0 only)."""
     compiled_blocks: CompiledBlocks | None = None
@@ -240,7 +241,19 @@ def open_session(cfg: TrainConfig, run_dir: Path, resume: bool, trainer: str, pr
     seed_everything(cfg.env.seed)  # the same initial weights on every rank
     reuse = Resolved("true", reuse_freed_memory()) if cfg.run.reuse_memory else \
         Resolved("false", "glibc's own thresholds: large blocks mapped afresh at every allocation")
-    return Session(cfg, run, trainer, state, say, progress, {"run.reuse_memory": reuse})
+    kernels = kernel_caches(cfg.run.kernel_cache)
+    return Session(cfg, run, trainer, state, say, progress, {"run.reuse_memory": reuse, "run.kernel_cache": kernels})
+
+
+def kernel_caches(entries: int) -> Resolved:
+    """run.kernel_cache applied (glamrl.memory.bound_kernel_caches): the caps in force, and why."""
+    caps = bound_kernel_caches(entries)
+    if set(caps.values()) == {str(entries)}:
+        return Resolved(str(entries), "bf16 matmul kernels kept in oneDNN's and in ideep's cache, fixed by the "
+                                      "process's first bf16 matmul")
+    return Resolved(", ".join(f"{name}={value}" for name, value in caps.items()),
+                    "set before this session: by the environment, which wins over run.kernel_cache, or by an "
+                    "earlier session in this process")
 
 
 def check_reads(cfg: TrainConfig, loop: str) -> None:
