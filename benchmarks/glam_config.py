@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from glamrl.memory import peak_rss_gb
+from glamrl.memory import bound_kernel_caches, peak_rss_gb
 
 ROOT = Path(__file__).resolve().parents[1]
 GLAM_FPS, GLAM_RSS_GB = 0.0711, 9.75
@@ -152,6 +152,7 @@ def run_variant(name: str, updates: int, model: str) -> dict:
     cfg = load_train_config(ROOT / "configs" / "glam_paper_smollm2.yaml", overrides)
     dtype, _ = choose_compute_dtype(cfg.model, torch.device("cpu"))
     checkpointing, _ = choose_checkpointing(cfg.model)
+    bound_kernel_caches(cfg.run.kernel_cache)  # as the training session would: before this process's first bf16 matmul
     peak = matmul_flops(dtype)
     with tempfile.TemporaryDirectory() as tmp:
         train_ppo(cfg, Path(tmp) / "run", progress=False, say=lambda _: None)
