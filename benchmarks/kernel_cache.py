@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from glamrl.memory import KERNEL_CACHE_VARIABLES
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -67,7 +69,7 @@ def main() -> None:
     if args.child is not None:
         print(json.dumps(child(args.child, lengths, args.passes)))
         return
-    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
+    env = {k: v for k, v in os.environ.items() if k not in KERNEL_CACHE_VARIABLES}  # each child sets its own
     print(f"{len(lengths)} lengths ({lengths[0]}-{lengths[-1]} tokens), batch 4, {args.passes} passes")
     print("| kernels per cache | seconds per pass | RSS growth |")
     print("| --- | --- | --- |")

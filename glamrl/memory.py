@@ -17,10 +17,10 @@ each input shape and keeps it in two caches: oneDNN's own and PyTorch's ideep ca
 unless `KERNEL_CACHE_VARIABLES` say otherwise, and a kernel stays while either cache holds it. A minibatch's
 row count changes with its prompts' lengths, so every update brings new shapes. Each new shape's kernels
 kept 0.7-2 MB each on a Zen 4 (docs/results.md, "Why bf16 memory grows"), so uncapped caches grew a bf16
-run's memory by hundreds of MB. `bound_kernel_caches`
-caps both; the cap must hold one minibatch's kernels (a dozen or so per row count), or every layer of a
-pass builds its kernels again. Both libraries read the variables when their cache is first used, so the
-cap applies only where this process has run no bf16 matmul yet.
+run's memory by hundreds of MB. `bound_kernel_caches` caps both; the cap must hold one minibatch's kernels
+(a dozen or so per row count), or every layer of a pass builds its kernels again. Both libraries read the
+variables when their cache is first used, so the cap applies only where this process has run no bf16
+matmul yet.
 """
 
 from __future__ import annotations
