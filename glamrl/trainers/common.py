@@ -277,11 +277,12 @@ def check_reads(cfg: TrainConfig, loop: str) -> None:
 def resumed_state(run: RunDir, checkpoint_every: int) -> Checkpoint | None:
     """The run's last checkpoint, once its log reads whole: a damaged log stops the resume here, before anything
     of the run (config.yaml, its history) is rewritten. None: no checkpoint yet, and the run starts over, unless
-    its log has rows that a checkpoint was saved at (every `checkpoint_every` rows): then its checkpoints were
-    removed (a run kept without them, as results/ keeps finished runs), and starting over would replace its log."""
+    its log has more than `checkpoint_every` rows, past the first checkpoint: then its checkpoints were removed (a
+    run kept without them, as results/ keeps finished runs), and starting over would replace its log. A run killed
+    between its first checkpoint's log row and the checkpoint itself starts over."""
     state = run.load_checkpoint()
     rows = run.read_log() if run.log.exists() else []
-    if state is None and len(rows) >= checkpoint_every:
+    if state is None and len(rows) > checkpoint_every:  # row `checkpoint_every` is logged just before its checkpoint
         raise checkpoint.CheckpointError(
             f"{run} has {len(rows)} log rows but no checkpoint (no {run.last_checkpoint}): it cannot resume, and "
             f"training it again would replace its log; train a copy of its config in another --run-dir, or start "
