@@ -129,3 +129,28 @@ def test_every_log_row_reports_memory_and_config_yaml_records_the_choice(tmp_pat
     assert any(line.startswith("run.reuse_memory: false (glibc's own thresholds") for line in said)
     assert RunDir(tmp_path / "run").read_config().run.reuse_memory is False
     assert [line for line in said if line.startswith("run.kernel_cache: ")][0].startswith("run.kernel_cache: 64 (")
+
+
+EVAL_CAPS = """
+import json, os, sys
+from pathlib import Path
+from glamrl.eval.agents import AgentSpec, load_eval_model
+load_eval_model(AgentSpec(run=Path(sys.argv[1])) if sys.argv[1] != "fresh" else AgentSpec(kind="llm", model="tiny-llama"))
+print(json.dumps({name: os.environ.get(name) for name in sys.argv[2:]}))
+"""
+
+
+def test_an_evaluation_caps_the_kernel_caches_as_its_run_did(tmp_path):
+    tiny = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "model.name=tiny-llama", "model.device=cpu",
+            "ppo.num_steps=4", "ppo.minibatch_size=4", "ppo.epochs=1", "run.tensorboard=false", "ppo.total_frames=8",
+            "run.eval_episodes=0", "run.kernel_cache=48"]
+    train_ppo(load_train_config(None, tiny), tmp_path / "run", progress=False, say=lambda _: None)
+    env = {k: v for k, v in os.environ.items() if k not in KERNEL_CACHE_VARIABLES}  # a fresh shell's
+
+    def caps(agent: str) -> dict:  # glamrl eval, play, demos and the suite load their agent this way
+        done = subprocess.run([sys.executable, "-c", EVAL_CAPS, agent, *KERNEL_CACHE_VARIABLES], capture_output=True,
+                              text=True, cwd=ROOT, env=env, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert caps(str(tmp_path / "run")) == dict.fromkeys(KERNEL_CACHE_VARIABLES, "48")  # the run's own setting
+    assert caps("fresh") == dict.fromkeys(KERNEL_CACHE_VARIABLES, "64")  # a fresh agent: the default

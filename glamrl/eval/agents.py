@@ -23,6 +23,7 @@ from glamrl.agents.factory import make_agent, make_model, restore_model
 from glamrl.agents.registry import AgentKindError, agent_kind, kinds_where
 from glamrl.config import AgentConfig, EnvConfig, ModelConfig, PromptConfig, TrainConfig
 from glamrl.envs.actions import action_names
+from glamrl.memory import bound_kernel_caches
 from glamrl.eval.suite import AgentBuilder, SuiteTest
 from glamrl.run.checkpoint import Progress
 
@@ -55,9 +56,13 @@ def load_eval_model(spec: AgentSpec, seed: int = 1,
 
     A fresh agent's `config.env` is `EnvConfig`'s defaults with `seed` and `language` (default en), a run's is
     the run's own (`language` does not change it: see `eval_env`).
+
+    The process's bf16 matmul kernels are capped as in training (`run.kernel_cache`: the run's, a fresh agent's
+    default), before the agent's first matmul: a long evaluation meets as many prompt lengths as a run.
     """
     if spec.run is not None:
-        cfg, model, state = restore_model(spec.run, kind=spec.kind, device=spec.device)
+        cfg, model, state = restore_model(spec.run, kind=spec.kind, device=spec.device)  # loads; runs no bf16 matmul
+        bound_kernel_caches(cfg.run.kernel_cache)
         return cfg, model, f"run {run_label(spec.run)}", state.progress
     language = language or EnvConfig.language
     if spec.kind is None:
@@ -81,6 +86,7 @@ def load_eval_model(spec: AgentSpec, seed: int = 1,
             label = f"llm {Path(spec.model).name}"
     cfg = TrainConfig(env=EnvConfig(seed=seed, language=language), prompt=prompt, model=model,
                       agent=AgentConfig(kind=spec.kind))
+    bound_kernel_caches(cfg.run.kernel_cache)
     return cfg, make_model(cfg), label, None
 
 
