@@ -24,7 +24,7 @@ from benchmarks.glam_config import GLAM
 from benchmarks.train_speed import real_prompts
 from glamrl.config import load_train_config
 from glamrl.llm.policy import LLMPolicy
-from glamrl.memory import peak_rss_gb, reuse_freed_memory, rss_gb
+from glamrl.memory import bound_kernel_caches, peak_rss_gb, reuse_freed_memory, rss_gb
 from glamrl.rl.buffer import Batch
 from glamrl.rl.ppo import accumulate_gradients
 
@@ -37,11 +37,13 @@ def rss(tag: str) -> None:
 
 def glam_update(model: str, overrides: list[str], say=lambda tag: None) -> tuple:
     """GLAM's configuration as the update sees it: (cfg, policy, trainable params, fused Adam, a Batch of 16 real
-    prompts collected under inference mode, with random actions and targets). fp32 unless overridden."""
+    prompts collected under inference mode, with random actions and targets). fp32 unless overridden; bf16 matmul
+    kernels capped at run.kernel_cache, as in training."""
     given = {o.split("=", 1)[0] for o in overrides}
     defaults = [o for o in (f"model.name={model}", *GLAM, "model.compute_dtype=float32", "model.compile=false")
                 if o.split("=", 1)[0] not in given]  # an override replaces the benchmark's own setting
     cfg = load_train_config(ROOT / "configs" / "glam_paper_smollm2.yaml", [*defaults, *overrides])
+    bound_kernel_caches(cfg.run.kernel_cache)  # as the training session does, before the first bf16 matmul
     torch.manual_seed(cfg.env.seed)
     policy = LLMPolicy(cfg.model)
     print(", ".join(f"{key}={r.value}" for key, r in policy.resolved.items()))
