@@ -539,7 +539,8 @@ class RunConfig:
     of new lengths bring new shapes, and each kernel holds about 0.7-2 MB: with the libraries' own 1,024 entries,
     bf16 full fine-tuning's memory grew by a fifth over 8 updates (docs/results.md). Too few entries rebuild
     kernels within every pass. Takes effect only in a process that has run no bf16 matmul yet (a new `glamrl train`
-    has not); ONEDNN_PRIMITIVE_CACHE_CAPACITY or LRU_CACHE_CAPACITY already in the environment wins over it. fp32 matmuls do not use these caches."""
+    has not); ONEDNN_PRIMITIVE_CACHE_CAPACITY or LRU_CACHE_CAPACITY already in the environment wins over it. fp32
+    matmuls do not use these caches."""
     stop_at_success: float | None = None
     """PPO and DRRN: stop cleanly after the first log row whose training episodes (all ranks together) reach
     this success rate (benchmarks/time_to_ground.py); BC, which plays no episodes, refuses it. None: train up to

@@ -135,7 +135,8 @@ EVAL_CAPS = """
 import json, os, sys
 from pathlib import Path
 from glamrl.eval.agents import AgentSpec, load_eval_model
-load_eval_model(AgentSpec(run=Path(sys.argv[1])) if sys.argv[1] != "fresh" else AgentSpec(kind="llm", model="tiny-llama"))
+fresh = AgentSpec(kind="llm", model="tiny-llama")
+load_eval_model(fresh if sys.argv[1] == "fresh" else AgentSpec(run=Path(sys.argv[1])))
 print(json.dumps({name: os.environ.get(name) for name in sys.argv[2:]}))
 """
 

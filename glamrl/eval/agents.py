@@ -23,8 +23,8 @@ from glamrl.agents.factory import make_agent, make_model, restore_model
 from glamrl.agents.registry import AgentKindError, agent_kind, kinds_where
 from glamrl.config import AgentConfig, EnvConfig, ModelConfig, PromptConfig, TrainConfig
 from glamrl.envs.actions import action_names
-from glamrl.memory import bound_kernel_caches
 from glamrl.eval.suite import AgentBuilder, SuiteTest
+from glamrl.memory import bound_kernel_caches
 from glamrl.run.checkpoint import Progress
 
 ZERO_SHOT_NBR_OBS = 3  # GLAM's prompt keeps three observations
