@@ -115,12 +115,14 @@ def test_kernel_caches_take_the_environment_when_it_sets_them(monkeypatch):
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"  # set for this process's libraries
 
 
+TINY_RUN = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "model.name=tiny-llama", "model.device=cpu",
+            "ppo.num_steps=4", "ppo.minibatch_size=4", "ppo.epochs=1", "run.tensorboard=false"]
+
+
 def test_every_log_row_reports_memory_and_config_yaml_records_the_choice(tmp_path):
-    tiny = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "model.name=tiny-llama", "model.device=cpu",
-            "ppo.num_steps=4", "ppo.minibatch_size=4", "ppo.epochs=1", "run.tensorboard=false", "ppo.total_frames=16"]
     said: list[str] = []
-    train_ppo(load_train_config(None, [*tiny, "run.reuse_memory=false"]), tmp_path / "run", progress=False,
-              say=said.append)
+    cfg = load_train_config(None, [*TINY_RUN, "ppo.total_frames=16", "run.reuse_memory=false"])
+    train_ppo(cfg, tmp_path / "run", progress=False, say=said.append)
     rows = RunDir(tmp_path / "run").read_log()
     assert len(rows) == 2
     for row in rows:
@@ -141,12 +143,13 @@ print(json.dumps({name: os.environ.get(name) for name in sys.argv[2:]}))
 """
 
 
-def test_an_evaluation_caps_the_kernel_caches_as_its_run_did(tmp_path):
-    tiny = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=2", "model.name=tiny-llama", "model.device=cpu",
-            "ppo.num_steps=4", "ppo.minibatch_size=4", "ppo.epochs=1", "run.tensorboard=false", "ppo.total_frames=8",
-            "run.eval_episodes=0", "run.kernel_cache=48"]
-    train_ppo(load_train_config(None, tiny), tmp_path / "run", progress=False, say=lambda _: None)
-    env = {k: v for k, v in os.environ.items() if k not in KERNEL_CACHE_VARIABLES}  # a fresh shell's
+def test_an_evaluation_caps_the_kernel_caches_as_its_run_did(tmp_path, monkeypatch):
+    for name in KERNEL_CACHE_VARIABLES:  # training below sets them in this process: restored at teardown
+        monkeypatch.setenv(name, "unset")
+        monkeypatch.delenv(name)
+    env = dict(os.environ)  # a fresh shell's, without them
+    train_ppo(load_train_config(None, [*TINY_RUN, "ppo.total_frames=8", "run.eval_episodes=0", "run.kernel_cache=48"]),
+              tmp_path / "run", progress=False, say=lambda _: None)
 
     def caps(agent: str) -> dict:  # glamrl eval, play, demos and the suite load their agent this way
         done = subprocess.run([sys.executable, "-c", EVAL_CAPS, agent, *KERNEL_CACHE_VARIABLES], capture_output=True,
