@@ -54,6 +54,7 @@ from glamrl.trainers.ppo import train_ppo
 
 HERE = Path(__file__).resolve().parent
 MODELS = HERE / "models"
+DDPPO_MODEL = "smollm2-135m"  # the model DD-PPO trains, right after its own rows
 SMOKE_SIZES = {  # --cpu-smoke: the same configs, 2 blocks of width 64
     "flan-t5-large": dict(d_model=64, d_kv=16, d_ff=128, num_heads=4, num_layers=2, num_decoder_layers=2),
     "smollm2-135m": dict(hidden_size=64, head_dim=16, intermediate_size=128, num_attention_heads=4,
@@ -72,7 +73,7 @@ class Plan:
     minibatch: int = 64
     updates: int = 2                      # the last one is reported (the first one warms up)
     train_layers: int = 4
-    row_timeout_s: dict[str, float] = field(default_factory=lambda: {"flan-t5-large": 150, "smollm2-135m": 60})
+    row_timeout_s: dict[str, float] = field(default_factory=lambda: {"flan-t5-large": 150, "smollm2-135m": 100})
     dist_envs: int = 16                   # DD-PPO: envs per rank, one update of dist_envs x 8 frames per rank
     dist_timeout_s: float = 120
     peak_size: int = 8192
@@ -178,16 +179,17 @@ class _Timeout(Exception):
     """A training row ran past its time."""
 
 
-def train_row(overrides: list[str], run_dir: Path, timeout_s: float) -> tuple[dict | None, str]:
+def train_row(overrides: list[str], run_dir: Path, timeout_s: float) -> tuple[dict | None, str, list[str]]:
     """`glamrl.trainers.ppo.train_ppo` with `overrides`, in this process, stopped after `timeout_s`;
-    (the last row of its log or None, status)."""
+    (the last row of its log or None, status, what it said about model.compile: the choice and its time)."""
     def stop(signum: int, frame: object) -> None:
         raise _Timeout
 
+    said: list[str] = []
     previous = signal.signal(signal.SIGALRM, stop)
     signal.setitimer(signal.ITIMER_REAL, max(timeout_s, 1))
     try:
-        train_ppo(load_train_config(None, overrides), run_dir, progress=False, say=lambda _: None)
+        train_ppo(load_train_config(None, overrides), run_dir, progress=False, say=said.append)
         status = "ok"
     except _Timeout:
         status = f"stopped after {timeout_s:.0f} s"
@@ -198,7 +200,7 @@ def train_row(overrides: list[str], run_dir: Path, timeout_s: float) -> tuple[di
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     _free()
-    return _last_update(run_dir, status)
+    return *_last_update(run_dir, status), [line for line in said if line.startswith("model.compile")]
 
 
 def _last_update(run_dir: Path, status: str) -> tuple[dict | None, str]:
@@ -242,9 +244,9 @@ def main() -> None:
     parser.add_argument("--cpu-smoke", action="store_true", help="CPU, shrunken models, tiny batches, gloo")
     parser.add_argument("--out", type=Path, default=Path("runs/gpu_bench.json"), help="JSON results")
     parser.add_argument("--workdir", type=Path, default=None, help="models and runs (default: a temporary dir)")
-    parser.add_argument("--budget-s", type=float, default=400,
+    parser.add_argument("--budget-s", type=float, default=480,
                         help="training runs end by then; later ones are skipped (the whole script: ~1 min more)")
-    parser.add_argument("--models", nargs="*", default=["flan-t5-large", "smollm2-135m"], choices=sorted(SMOKE_SIZES))
+    parser.add_argument("--models", nargs="*", default=["smollm2-135m", "flan-t5-large"], choices=sorted(SMOKE_SIZES))
     args = parser.parse_args()
     transformers_logging.disable_progress_bar()
     plan = SMOKE_PLAN if args.cpu_smoke else GPU_PLAN
@@ -284,15 +286,18 @@ def main() -> None:
             overrides = [*plan.overrides, f"model.name={model_dir}", *extra]
             costs = _attempt(lambda: per_frame_costs(overrides, prompts, plan.minibatch))
             row.update(costs if isinstance(costs, dict) else {"costs": costs})
-            last, row["status"] = train_row(overrides, work / "runs" / f"{model}-{mode}",
-                                            min(plan.row_timeout_s[model], left))
+            last, row["status"], row["compile"] = train_row(overrides, work / "runs" / f"{model}-{mode}",
+                                                            min(plan.row_timeout_s[model], left))
             if last is not None:
                 row.update(_speeds(last, row, plan.epochs, peak))
             report["rows"].append(row)
             say(f"{model} {mode}: {row['status']}; " + (
-                f"{row['FPS']:.1f} frames/s" if last is not None else "no update logged"))
+                f"{row['FPS']:.1f} frames/s" if last is not None else "no update logged") + "; " + " | ".join(row["compile"]))
+        if model == DDPPO_MODEL:  # DD-PPO trains this model: right after its rows, before a larger model's
+            report["ddppo"] = ddppo(plan, work, args, start, say)
 
-    report["ddppo"] = ddppo(plan, work, args, start, say)
+    if report["ddppo"] is None:
+        report["ddppo"] = ddppo(plan, work, args, start, say)
     table = markdown(report)
     print(table)
     report["table"] = table
@@ -336,7 +341,7 @@ def _speeds(last: dict, row: dict, epochs: int, peak: float) -> dict:
 def ddppo(plan: Plan, work: Path, args: argparse.Namespace, start: float, say) -> dict:
     """One DD-PPO update with 2 ranks on the one device, SmolLM2 (gloo on CPU, NCCL on CUDA), or why not."""
     backend = "nccl" if plan.device == "cuda" else "gloo"
-    model_dir = work / "models" / "smollm2-135m"
+    model_dir = work / "models" / DDPPO_MODEL
     left = args.budget_s - (time.time() - start)
     result = {"ranks": 2, "backend": backend}
     if not model_dir.is_dir() or left < 20:
@@ -379,10 +384,19 @@ def _cell(row: dict, key: str, spec: str) -> str:
     return format(row[key], spec) if row.get(key) is not None else "-"
 
 
+def _compiled(lines: list[str]) -> str:
+    """What the run said about model.compile, in a cell: 'no', 'yes', or 'yes, 41 s' (the first update's compile
+    time)."""
+    if not any(line.startswith("model.compile: true") for line in lines):
+        return "no" if lines else "-"
+    seconds = [line.split()[1] for line in lines if " s compiling " in line]
+    return f"yes, {float(seconds[0]):.0f} s" if seconds else "yes"
+
+
 def markdown(report: dict) -> str:
     """The results as one Markdown table (a row per model and mode, then the DD-PPO row)."""
     head = ("| model | params | mode | collect f/s | update f/s | overall f/s | collect tok/s | update tok/s "
-            "| MFU collect | MFU update | MFU overall | SDPA collect / update | status |")
+            "| MFU collect | MFU update | MFU overall | compiled | SDPA collect / update | status |")
     lines = [f"{report['device']}, torch {report['torch']}, peak {report['peak']}: {report['peak_tflops']:.3g} TFLOP/s",
              "", head, "|" + "---|" * (head.count("|") - 1)]
     for r in report["rows"]:
@@ -391,7 +405,8 @@ def markdown(report: dict) -> str:
             ("collect_FPS", ".1f"), ("update_FPS", ".1f"), ("FPS", ".1f"), ("collect_tokens_per_s", ".0f"),
             ("update_tokens_per_s", ".0f"), ("mfu_collect", ".1%"), ("mfu_update", ".1%"), ("mfu", ".1%"))]
         status = r["status"] + (f"; FLOP count {r['costs']}" if "costs" in r else "")
-        cells += [f"{r.get('collect_kernels', '-')} / {r.get('update_kernels', '-')}", status]
+        cells += [_compiled(r.get("compile", [])), f"{r.get('collect_kernels', '-')} / {r.get('update_kernels', '-')}",
+                  status]
         lines.append("| " + " | ".join(cells) + " |")
     d = report["ddppo"]
     lines += ["", f"DD-PPO, 2 ranks on one device ({d['backend']}): {d['status']}"
