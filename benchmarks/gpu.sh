@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole GPU measurement in one script (see benchmarks/README.md):
-#   bash benchmarks/gpu.sh [--out FILE] [--budget-s S]   # on one CUDA GPU, under 8 minutes
+#   bash benchmarks/gpu.sh [--out FILE] [--budget-s S]   # on one CUDA GPU, under 10 minutes
 #   bash benchmarks/gpu.sh --cpu-smoke                   # the same steps on CPU with tiny models (CI)
 # gymnasium, minigrid and their pure-Python dependencies (plus the pygame-ce wheel minigrid imports)
 # are installed, only when missing, from benchmarks/wheels/ into benchmarks/.deps/ with --no-deps:

@@ -1,6 +1,6 @@
 """The whole GPU measurement of glamrl's PPO in one run; `benchmarks/gpu.sh` sets up and calls it.
 
-    bash benchmarks/gpu.sh [--out FILE]     # one CUDA GPU, under 8 minutes (--budget-s)
+    bash benchmarks/gpu.sh [--out FILE]     # one CUDA GPU, under 10 minutes (--budget-s)
     bash benchmarks/gpu.sh --cpu-smoke      # the same steps on CPU with shrunken models, under a minute
 
 Steps:
