@@ -291,8 +291,8 @@ def main() -> None:
             if last is not None:
                 row.update(_speeds(last, row, plan.epochs, peak))
             report["rows"].append(row)
-            say(f"{model} {mode}: {row['status']}; " + (
-                f"{row['FPS']:.1f} frames/s" if last is not None else "no update logged") + "; " + " | ".join(row["compile"]))
+            speed = f"{row['FPS']:.1f} frames/s" if last is not None else "no update logged"
+            say(f"{model} {mode}: {row['status']}; {speed}; " + " | ".join(row["compile"]))
         if model == DDPPO_MODEL:  # DD-PPO trains this model: right after its rows, before a larger model's
             report["ddppo"] = ddppo(plan, work, args, start, say)
 
