@@ -385,9 +385,8 @@ def _cell(row: dict, key: str, spec: str) -> str:
 
 
 def _compiled(lines: list[str]) -> str:
-    """What a run said (`lines`) about model.compile, in a cell: 'no', 'yes', or 'yes, 41 s' (the first update's compile
-    time)."""
-    lines = [line for line in lines if line.startswith("model.compile")]
+    """What a run said about model.compile (its `lines` that start so), in a cell: 'no', 'yes', or 'yes, 41 s'
+    (the first update's compile time)."""
     if not any(line.startswith("model.compile: true") for line in lines):
         return "no" if lines else "-"
     seconds = [line.split()[1] for line in lines if " s compiling " in line]
