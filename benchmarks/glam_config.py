@@ -25,9 +25,17 @@ E epochs; the value head's 2 (1024 d + 1024^2) is negligible and left out.
                                                + 4 L d (P + T)^2       attention scores and values
                                                                         (dense 4D mask: every pair)
                                                + 2 d V T               LM head at action tokens only
-  collection     = F(P, T; L, N)                           (+ the bootstrap value pass, once per env)
+  collection     = F(P, T; L, N)                           (+ the bootstrap value pass, once per env;
+                                                             F_tail(P, T; L, N) with train_layers)
   update (full)  = 3 E F(P, T; L, N)                       (backward ~ 2x forward)
-  update (top K) = 3 E F(P, T; K, N_K)                     (the lower blocks are read from the cache)
+  update (top K) = 3 E F_tail(P, T; K, N_K)                (the lower blocks are read from the cache)
+
+  F_tail: F with the top block as the frozen trunk runs it (glamrl.llm.trunk.top_block_tail, since
+  2026-12-04): the scorer reads its output at the last prompt token and the action tokens only, so only its
+  keys and values (N_kv parameters) run at every position:
+      F_tail(P, T; K, N_K) = F(P, T; K - 1) + 2 N_kv (P + T) + 2 (N_1 - N_kv) (1 + T) + 4 d (1 + T)(P + T)
+  (N_1 one block's parameters). Full fine-tuning runs the model's own forward: its top block still runs
+  at every position, and F counts that.
 
   Seq2seq forward, encoder (L_e blocks, N_e params), decoder (L_d, N_d), prompt P in the encoder,
   T packed action tokens in the decoder, C = the decoder's cross-attention K/V parameters:
@@ -93,11 +101,11 @@ def matmul_flops(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> float:
     """FLOP/s of an n x n matmul in `dtype` (best of `repeats`)."""
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     a @ b
-    best = min(_timed(lambda: a @ b) for _ in range(repeats))
+    best = min(timed(lambda: a @ b) for _ in range(repeats))
     return 2 * n ** 3 / best
 
 
-def _timed(fn) -> float:
+def timed(fn) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
@@ -118,22 +126,25 @@ def sdpa_flops(dtype: torch.dtype, S: int, heads: int, head_dim: int, batch: int
                 torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
     step()
-    best = min(_timed(step) for _ in range(repeats))
+    best = min(timed(step) for _ in range(repeats))
     return (3 if backward else 1) * 4 * batch * heads * S * S * head_dim / best
 
 
-def attention_flops(config, P: float, T: int, layers: int) -> float:
+def attention_flops(config, P: float, T: int, layers: int, tail: bool = False) -> float:
     """The attention products' share of `causal_flops` (scores and values, every pair counted)."""
-    return 4 * layers * config.hidden_size * (P + T) ** 2
-
-
-def causal_flops(config, P: float, T: int, layers: int) -> float:
-    """F(P, T; layers, N_layers) of the docstring for a Llama-like config."""
-    d, ff, V = config.hidden_size, config.intermediate_size, config.vocab_size
-    kv = config.num_key_value_heads * (d // config.num_attention_heads)
-    per_block = 2 * d * d + 2 * d * kv + 3 * d * ff   # q, o + k, v + gate, up, down
     S = P + T
-    return 2 * per_block * layers * S + 4 * layers * d * S ** 2 + 2 * d * V * T
+    return 4 * config.hidden_size * ((layers - 1) * S ** 2 + (1 + T) * S if tail else layers * S ** 2)
+
+
+def causal_flops(config, P: float, T: int, layers: int, tail: bool = False) -> float:
+    """F(P, T; layers, N_layers) of the docstring for a Llama-like config; `tail`: the top block as the frozen
+    trunk runs it (F_tail), its keys and values at every position and the rest at the 1 + T read positions."""
+    d, ff, V = config.hidden_size, config.intermediate_size, config.vocab_size
+    kv = 2 * d * config.num_key_value_heads * (d // config.num_attention_heads)  # k, v
+    rest = 2 * d * d + 3 * d * ff                                               # q, o + gate, up, down
+    S, full = P + T, layers - 1 if tail else layers
+    top = 2 * kv * S + 2 * rest * (1 + T) + 4 * d * (1 + T) * S if tail else 0.0
+    return 2 * (kv + rest) * full * S + 4 * full * d * S ** 2 + top + 2 * d * V * T
 
 
 def run_variant(name: str, updates: int, model: str) -> dict:
@@ -167,11 +178,12 @@ def run_variant(name: str, updates: int, model: str) -> dict:
     P = float(np.mean([len(scorer.tokenizer(scorer.prompt_text(p)).input_ids) for p in real_prompts(64)]))
     T = sum(len(scorer.action_token_ids(a)) for a in ACTION_NAMES)
     L, K = loaded.model.config.num_hidden_layers, cfg.model.train_layers or loaded.model.config.num_hidden_layers
-    collect_flops = causal_flops(loaded.model.config, P, T, L)
-    update_flops = 3 * cfg.ppo.epochs * causal_flops(loaded.model.config, P, T, K)
+    tail = K < L  # the frozen trunk runs the top block at the read positions only
+    collect_flops = causal_flops(loaded.model.config, P, T, L, tail)
+    update_flops = 3 * cfg.ppo.epochs * causal_flops(loaded.model.config, P, T, K, tail)
     recompute_flops = update_flops / 3 if checkpointing else 0.0  # one more forward of the trained blocks
-    attention = attention_flops(loaded.model.config, P, T, L) + 3 * cfg.ppo.epochs * attention_flops(
-        loaded.model.config, P, T, K)
+    attention = attention_flops(loaded.model.config, P, T, L, tail) + 3 * cfg.ppo.epochs * attention_flops(
+        loaded.model.config, P, T, K, tail)
     heads = loaded.model.config.num_attention_heads
     attention_rate = sdpa_flops(dtype, int(P + T), heads, loaded.model.config.hidden_size // heads)
     # the fraction reachable if every FLOP but attention's ran at the matmul rate and attention at SDPA's

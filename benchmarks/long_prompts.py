@@ -1,5 +1,6 @@
 """Long prompts: PPO's collection and update where the words decide, with GLAM's 3 observations and the top 4
-blocks trained, before and after `run.reuse_memory`; then where the time goes, by kind of work.
+blocks trained, before and after the top block ran at the read positions only; then where the time goes, by
+kind of work.
 
     python -m benchmarks.long_prompts                                  # GoToLocal and MixedTrainLocal
     python -m benchmarks.long_prompts --levels BabyAI-GoToLocal-v0 --updates 2 --no-profile
@@ -8,20 +9,24 @@ blocks trained, before and after `run.reuse_memory`; then where the time goes, b
 The run: configs/goto_local_cpu.yaml (SmolLM2, `model.train_layers=4`, 16 envs x 16 steps = 256 frames per
 update, 4 epochs, minibatch 64) with `prompt.nbr_obs=3` and `env.id` set to the level, for `--updates`
 updates, each variant in its own subprocess through `glamrl.trainers.ppo.train_ppo`, as `glamrl train` runs it.
-Steady state: the updates after the first. Variants: `before` (`run.reuse_memory=false`, glibc's own
-thresholds, the defaults until 2026-12-02) and `after` (today's defaults).
+Steady state: the updates after the first. Variants: `before` (the frozen trunk runs its top block at every
+position, as until 2026-12-04: `top_block_tail_matches` answers no) and `after` (today's defaults: the top block
+at the last prompt token and the action tokens only, `glamrl.llm.trunk.top_block_tail`). The results page keeps
+the 2026-12-02 run, whose `before` was `run.reuse_memory=false`.
 
 FLOPs per frame, as benchmarks/glam_config.py counts them (dense attention, padding not counted), with P the
-mean prompt tokens of random play on the level and T the packed action tokens:
-  collection  = F(P, T; L) for a prompt whose lower blocks run (a trunk cache miss), F(P, T; K) for a hit
-  update      = 3 E F(P, T; K)        the top K blocks, forward and backward, E epochs
+mean prompt tokens of random play on the level and T the packed action tokens, the top block counted at the
+positions the result needs (F_tail) in both variants:
+  collection  = F_tail(P, T; L) for a prompt whose lower blocks run (a trunk cache miss), F_tail(P, T; K) for a hit
+  update      = 3 E F_tail(P, T; K)        the top K blocks, forward and backward, E epochs
 Each is shown as a fraction of a 2048^2 matmul's FLOP/s in the compute dtype, measured in the same process,
 next to the trunk cache's hit rate and size (log.csv's `trunk_hit_rate`, `trunk_cache_mb`) and peak RSS.
 
 The profile (skipped with --no-profile): on 64 prompts of random play on the level, one collection of 16
 prompts (every one a trunk miss, as new prompts are) and one update minibatch of 64 cached prompts under
 torch.profiler, self time summed by kind as benchmarks/update_profile.py sums it, with the SDPA kernels'
-rate at the level's mean prompt length in the same process.
+rate at the level's mean prompt length in the same process. Then scoring 16 new prompts and the update
+minibatch again, each the best of 3, with the top block at every position and at the read positions only.
 """
 
 from __future__ import annotations
@@ -38,13 +43,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.glam_config import causal_flops, matmul_flops, sdpa_flops
+from benchmarks.glam_config import causal_flops, matmul_flops, sdpa_flops, timed
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVELS = ("BabyAI-GoToLocal-v0", "BabyAI-MixedTrainLocal-v0")
 RUN = ["prompt.nbr_obs=3", "run.eval_episodes=0", "run.tensorboard=false", "run.max_minutes=null",
        "model.device=cpu"]
-VARIANTS = {"before": ["run.reuse_memory=false"], "after": []}
+VARIANTS = ("before", "after")
 
 
 def level_config(level: str, model: str, overrides: list[str]):
@@ -67,11 +72,14 @@ def prompt_shape(policy, level: str, cfg) -> tuple[list[str], float, int]:
 
 def run_variant(level: str, variant: str, updates: int, model: str, overrides: list[str]) -> dict:
     """Child process: `updates` PPO updates of the variant on `level`; its figures as a dict."""
+    from glamrl.llm import trunk
     from glamrl.llm.policy import LLMPolicy
     from glamrl.run.dir import RunDir
     from glamrl.trainers.ppo import train_ppo
 
-    cfg = level_config(level, model, [*overrides, *VARIANTS[variant], f"ppo.total_frames={256 * updates}"])
+    if variant == "before":  # this child process's trunks run the top block at every position
+        trunk.top_block_tail_matches = lambda model: False
+    cfg = level_config(level, model, [*overrides, f"ppo.total_frames={256 * updates}"])
     with tempfile.TemporaryDirectory() as tmp:
         train_ppo(cfg, Path(tmp) / "run", progress=False, say=lambda _: None)
         rows = RunDir(Path(tmp) / "run").read_log()
@@ -83,8 +91,9 @@ def run_variant(level: str, variant: str, updates: int, model: str, overrides: l
     mean = {k: float(np.mean([float(r[k]) for r in steady]))
             for k in ("collect_FPS", "update_FPS", "FPS", "trunk_hit_rate", "trunk_cache_mb")}
     hit = mean["trunk_hit_rate"]
-    collect_flops = (1 - hit) * causal_flops(config, P, T, config.num_hidden_layers) + hit * causal_flops(config, P, T, K)
-    update_flops = 3 * cfg.ppo.epochs * causal_flops(config, P, T, K)
+    collect_flops = (1 - hit) * causal_flops(config, P, T, config.num_hidden_layers, tail=True) + \
+        hit * causal_flops(config, P, T, K, tail=True)
+    update_flops = 3 * cfg.ppo.epochs * causal_flops(config, P, T, K, tail=True)
     return {"level": level, "variant": variant, **mean, "prompt_tokens": P,
             "collect_fraction": collect_flops * mean["collect_FPS"] / peak,
             "update_fraction": update_flops * mean["update_FPS"] / peak,
@@ -141,6 +150,21 @@ def profile_level(level: str, model: str, overrides: list[str]) -> None:
                            if by_kind[kind] / wall >= 0.005)
         print(f"  {name}: {wall:.2f} s   {shares}  python/dispatch {(wall - sum(by_kind.values())) / wall:.0%}")
 
+    def best_of_3(work, tail: bool) -> float:
+        policy.trunk.tail_exact = tail
+        return min(timed(work) for _ in range(3))
+
+    def score_unseen() -> None:  # a trunk miss every time: not recorded in the cache
+        with torch.inference_mode():
+            policy(fresh, actions)
+
+    exact = policy.trunk.tail_exact
+    for name, work in (("scoring 16 new prompts", score_unseen), ("update minibatch of 64", update)):
+        full, tail = best_of_3(work, False), best_of_3(work, exact)
+        print(f"  {name}, best of 3: the top block at every position {full:.2f} s, at the read positions only "
+              f"{tail:.2f} s ({'the tail' if exact else 'no tail: this model falls back'}): {full / tail:.2f}x")
+    policy.trunk.tail_exact = exact
+
     heads = policy.llm.config.num_attention_heads
     S = int(P + T)
     sdpa = sdpa_flops(policy.compute_dtype, S, heads, policy.llm.config.hidden_size // heads, backward=False)
@@ -155,7 +179,7 @@ def main() -> None:
     parser.add_argument("--levels", nargs="*", default=list(LEVELS))
     parser.add_argument("--updates", type=int, default=3, help="updates per variant (the first is not reported)")
     parser.add_argument("--model", default="smollm2-135m", help="tiny-llama for a smoke test")
-    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--no-profile", action="store_true", help="skip the per-kind profile")
     parser.add_argument("--child", nargs=2, metavar=("LEVEL", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args()

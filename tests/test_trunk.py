@@ -2,11 +2,12 @@
 
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from glamrl.config import ModelConfig
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.llm.policy import LLMPolicy
-from glamrl.llm.trunk import TrunkError
+from glamrl.llm.trunk import FrozenTrunk, TrunkError, top_block_tail, top_block_tail_matches
 
 PROMPTS = [
     "Goal of the agent: go to the red ball \n Observation 0: You see a wall 2 steps forward, "
@@ -147,3 +148,62 @@ def test_collection_metrics_count_the_last_collections_hits_and_the_cache_size()
     assert first["trunk_hit_rate"] == 0.0 and second["trunk_hit_rate"] == 0.5
     assert 0 < first["trunk_cache_mb"] < second["trunk_cache_mb"] == policy.trunk.nbytes / 2**20
     assert LLMPolicy(ModelConfig(name="tiny-llama", device="cpu")).collection_metrics() == {}  # no trunk
+
+
+TINY_DECODERS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+                 "phi3": (Phi3Config, Phi3ForCausalLM)}  # phi3: one fused q, k, v projection
+
+
+def _decoder(family: str):
+    config, model = TINY_DECODERS[family]
+    torch.manual_seed(0)
+    return model(config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, vocab_size=100, pad_token_id=0, eos_token_id=1, bos_token_id=2))
+
+
+def _left_padded(lengths: list[int], S: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, 1, S, S) bool mask of causal rows left-padded to S (a padding row sees itself), (B, S) positions."""
+    real = torch.arange(S)[None, :] >= S - torch.tensor(lengths)[:, None]            # (B, S)
+    visible = torch.ones(S, S, dtype=torch.bool).tril() & real[:, None, :] | torch.eye(S, dtype=torch.bool)
+    return visible[:, None], (real.long().cumsum(-1) - 1).clamp(min=0)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("additive", [False, True])
+def test_the_top_block_at_the_read_positions_gives_the_blocks_outputs_and_gradients(family, additive):
+    model = _decoder(family)
+    layer, backbone = model.model.layers[-1], model.model
+    mask, pos = _left_padded([9, 5, 7], S=9)
+    if additive:
+        mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    hidden = torch.randn(3, 9, 64, requires_grad=True)
+    rope = backbone.rotary_emb(hidden, position_ids=pos)
+    grads = []
+    for run in (lambda: layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=pos)[:, 6:],
+                lambda: top_block_tail(layer, hidden, mask, rope, start=6)):
+        out = run()
+        (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+        grads.append((out.detach(), hidden.grad.clone(), [p.grad.clone() for p in layer.parameters()]))
+        hidden.grad = None
+        layer.zero_grad(set_to_none=True)
+    (full, full_input, full_weights), (tail, tail_input, tail_weights) = grads
+    assert tail.shape == (3, 3, 64)
+    torch.testing.assert_close(tail, full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(tail_input, full_input, atol=1e-5, rtol=1e-5)
+    assert (tail_input[:, :6] != 0).any()  # earlier positions reach the tail through the keys and values
+    for t, f in zip(tail_weights, full_weights):
+        torch.testing.assert_close(t, f, atol=1e-5, rtol=1e-4)
+    assert top_block_tail_matches(model)
+
+
+def test_a_top_block_the_tail_does_not_fit_runs_at_every_position():
+    model = _decoder("phi3")
+    assert not top_block_tail_matches(model)
+    trunk = FrozenTrunk(model, False, split=1, cache_dtype=torch.float32)
+    assert not trunk.tail_exact
+    mask, pos = _left_padded([8, 4], S=8)
+    ids = torch.randint(3, 100, (2, 8))
+    with torch.inference_mode():
+        full = model.model(input_ids=ids, attention_mask=mask, position_ids=pos).last_hidden_state
+        tail = trunk.causal(ids, mask, pos, torch.tensor([8, 4]), ["a", "b"], start=5)
+    torch.testing.assert_close(tail, full[:, 5:], atol=1e-5, rtol=1e-5)

@@ -84,10 +84,14 @@ class LLMPolicy(nn.Module):
         trained_blocks = freeze_trunk(loaded.model, loaded.is_seq2seq, config.train_layers) \
             if config.train_layers else None
         self.llm = apply_lora(loaded.model, config, trained_blocks) if config.lora else loaded.model
-        self.compiled_blocks = compile_blocks(self.llm) if compiling else None  # its report: the compile time
         self._collected: tuple[int, int] | None = None  # (hits, misses) of the trunk cache in the last collection
         self.trunk = FrozenTrunk(loaded.model, loaded.is_seq2seq, trained_blocks[0], DTYPES[config.cache_dtype],
                                  budget_bytes=config.trunk_cache_mb * 2**20) if trained_blocks else None
+        if self.trunk is not None and not loaded.is_seq2seq:
+            self.resolved["model.train_layers"] = Resolved(str(config.train_layers), (
+                "the top block runs at the last prompt token and the action tokens only" if self.trunk.tail_exact
+                else "the top block runs at every position: its block is not Llama's (trunk.top_block_tail)"))
+        self.compiled_blocks = compile_blocks(self.llm) if compiling else None  # its report: the compile time
         self.scorer = ActionScorer(base_model(self.llm), loaded.tokenizer, loaded.is_seq2seq,
                                    normalize_by_length=config.normalize_by_length, batching=config.batching,
                                    max_padding=config.max_padding, trunk=self.trunk, score=config.score)

@@ -214,17 +214,19 @@ class ActionScorer:
             bottom = torch.cat([prompt_mask[:, None, :].expand(B, T, P), packed.visible.expand(B, T, T)], 2)
             visible = torch.cat([top, bottom], 1)                                 # (B, P+T, P+T)
         mask = self._attention_mask(visible)
+        # only positions P-1.. are read: the last prompt token (the value's input) and the action tokens
         if self.trunk is None:
             hidden = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                                           use_cache=False).last_hidden_state     # (B, P+T, H)
+                                           use_cache=False).last_hidden_state[:, P - 1:]  # (B, 1+T, H)
         else:
-            hidden = self.trunk.causal(ids, mask, pos, prompt_lengths + ids.shape[1] - P, keys)  # (B, P+T, H)
+            hidden = self.trunk.causal(ids, mask, pos, prompt_lengths + ids.shape[1] - P, keys,
+                                       start=P - 1)                               # (B, 1+T, H)
         if packed is None:
-            return None, hidden[:, P - 1]
+            return None, hidden[:, 0]
         # the token before each target predicts it: the last prompt token for an action's first token
-        source = torch.where(packed.offset == 0, P - 1, P + torch.arange(T, device=self.device) - 1)  # (T,)
+        source = torch.where(packed.offset == 0, 0, torch.arange(T, device=self.device))  # (T,) into hidden
         logits = self.model.get_output_embeddings()(hidden[:, source])           # (B, T, V)
-        return logits, hidden[:, P - 1]
+        return logits, hidden[:, 0]
 
     def _seq2seq_forward(self, prompt_ids: Tensor, prompt_mask: Tensor, prompt_lengths: Tensor,
                          packed: _PackedActions | None, keys: list[Hashable]) -> tuple[Tensor | None, Tensor]:

@@ -13,6 +13,9 @@ repeat their prompts (16 envs on BabyAI-GoToObjS4-v0 with one observation per pr
 Collection and update both read the lower blocks' output back from the cache dtype, so
 they see the same numbers and PPO's ratio is 1 before the first optimiser step.
 
+Causal models' top block runs at the positions the scorer reads only (`top_block_tail`), where the
+block is Llama's (`top_block_tail_matches`, checked once per trunk); any other runs whole.
+
 Causal models must be Llama-like (`model.layers`, `model.norm`, `model.rotary_emb`:
 Llama, Mistral, Qwen2/3, SmolLM); seq2seq models T5-like (`encoder`, `decoder.block`).
 """
@@ -25,6 +28,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 from transformers import PreTrainedModel
 
 from glamrl.errors import GlamrlError
@@ -79,6 +83,8 @@ class FrozenTrunk:
         self.recording = False
         self._cache: OrderedDict[Hashable, Tensor] = OrderedDict()  # key -> (L, H): one prompt's rows, unpadded
         self.hits = self.misses = 0
+        self.tail_exact = not is_seq2seq and top_block_tail_matches(model)
+        """The top block runs at the positions read only: `top_block_tail` gave the block's own output here."""
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -103,9 +109,11 @@ class FrozenTrunk:
             size -= self._cache.popitem(last=False)[1].nbytes
 
     # ----------------------------------------------------------------------- causal
-    def causal(self, ids: Tensor, mask: Tensor, pos: Tensor, lengths: Tensor, keys: list[Hashable]) -> Tensor:
-        """Last hidden state (after the final norm) of left-padded rows `ids` (B, S): the lower blocks'
-        output comes from the cache where present; `lengths` (B,), on the host, counts each row's real tokens."""
+    def causal(self, ids: Tensor, mask: Tensor, pos: Tensor, lengths: Tensor, keys: list[Hashable],
+               start: int = 0) -> Tensor:
+        """Last hidden state (after the final norm) of left-padded rows `ids` (B, S) at positions `start`..S-1,
+        (B, S - start, H): the lower blocks' output comes from the cache where present; `lengths` (B,), on the
+        host, counts each row's real tokens. The top block runs at those positions only (`top_block_tail`)."""
         backbone = self.model.base_model
         layers = backbone.layers
 
@@ -118,8 +126,13 @@ class FrozenTrunk:
 
         hidden = self._cached(lower, ids.shape[1], lengths, keys, left_padded=True)  # (B, S, H)
         rope = backbone.rotary_emb(hidden, position_ids=pos)
-        for layer in layers[self.split:]:
+        top = len(layers) - 1 if self.tail_exact else len(layers)
+        for layer in layers[self.split:top]:
             hidden = layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=pos)
+        if self.tail_exact:
+            hidden = top_block_tail(layers[-1], hidden, mask, rope, start)       # (B, S - start, H)
+        else:
+            hidden = hidden[:, start:]
         return backbone.norm(hidden)
 
     # ---------------------------------------------------------------------- seq2seq
@@ -157,3 +170,63 @@ class FrozenTrunk:
             else:
                 out[b, :r.shape[0]] = r
         return out
+
+
+# ------------------------------------------------------------------------- the top block's tail
+def top_block_tail(layer: nn.Module, hidden: Tensor, mask: Tensor, rope: tuple[Tensor, Tensor],
+                   start: int) -> Tensor:
+    """A Llama-like decoder block's output at positions `start`.. of `hidden` (B, S, H) only, (B, S - start, H).
+
+    The scorer reads the top block's output at the last prompt token and the action tokens, never before
+    them; earlier positions enter only through the block's keys and values. So those are computed for every
+    position and the queries, attention rows, output projection and MLP for the tail alone, which skips most
+    of the top block's work and memory on long prompts. `mask` is the (B, 1, S, S) mask the block would get
+    (bool or additive), `rope` the model's (cos, sin), each (B, S, D).
+    """
+    attn = layer.self_attn
+    B, S, _ = hidden.shape
+    R, D = S - start, attn.head_dim
+    x = layer.input_layernorm(hidden)                                             # (B, S, H)
+    q = attn.q_proj(x[:, start:]).view(B, R, -1, D)                               # (B, R, Hq, D)
+    k = attn.k_proj(x).view(B, S, -1, D)                                          # (B, S, Hkv, D)
+    v = attn.v_proj(x).view(B, S, -1, D).transpose(1, 2)                          # (B, Hkv, S, D)
+    if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm over each head's query and key
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    cos, sin = rope
+    q = _rotate(q.transpose(1, 2), cos[:, start:], sin[:, start:])              # (B, Hq, R, D)
+    k = _rotate(k.transpose(1, 2), cos, sin)                                      # (B, Hkv, S, D)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, :, start:], scale=attn.scaling,
+                                         dropout_p=attn.attention_dropout if attn.training else 0.0,
+                                         enable_gqa=q.shape[1] != k.shape[1])     # (B, Hq, R, D)
+    hidden = hidden[:, start:] + attn.o_proj(out.transpose(1, 2).reshape(B, R, -1))  # (B, R, H)
+    return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary embedding of `x` (B, heads, L, D) at the positions of `cos`, `sin` (B, L, D)."""
+    half = x.shape[-1] // 2
+    return x * cos[:, None] + torch.cat([-x[..., half:], x[..., :half]], -1) * sin[:, None]
+
+
+def top_block_tail_matches(model: PreTrainedModel, length: int = 12, start: int = 7) -> bool:
+    """Whether `top_block_tail` gives `model`'s top block's own output, on random states of `length` tokens.
+
+    It is written for Llama's block (also Mistral, Qwen2/3, SmolLM); a block that differs (fused projections,
+    partial rotary, other norms) fails this check, and the trunk then runs its top block at every position.
+    """
+    backbone, layer = model.base_model, model.base_model.layers[-1]
+    weight = model.get_input_embeddings().weight
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2, length, weight.shape[1], generator=generator).to(weight)       # (2, L, H)
+    pos = torch.arange(length, device=weight.device).expand(2, length)                     # (2, L)
+    visible = torch.ones(length, length, dtype=torch.bool, device=weight.device).tril()
+    mask = torch.zeros(2, 1, length, length, dtype=weight.dtype, device=weight.device).masked_fill(
+        ~visible, torch.finfo(weight.dtype).min)                                         # (2, 1, L, L) additive
+    with torch.inference_mode():
+        rope = backbone.rotary_emb(hidden, position_ids=pos)
+        full = layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=pos)[:, start:]
+        try:
+            tail = top_block_tail(layer, hidden, mask, rope, start)
+        except (AttributeError, RuntimeError, TypeError):
+            return False
+    return tail.shape == full.shape and torch.allclose(tail, full, rtol=1e-3, atol=1e-4)
