@@ -67,6 +67,11 @@ def test_only_the_top_blocks_norm_and_heads_train(name):
     lora = _policy(name, lora=True, lora_r=2)
     adapted = {n for n, p in lora.named_parameters() if p.requires_grad and "lora_" in n}
     assert adapted and all(top in n for n in adapted)
+    if name == "tiny-llama":  # the run's first lines say how the top block runs
+        assert policy.trunk.tail_exact and lora.trunk.tail_exact
+        assert policy.resolved["model.train_layers"].why.startswith("the top block runs at the last prompt token")
+    else:
+        assert not policy.trunk.tail_exact and "model.train_layers" not in policy.resolved
 
 
 def test_train_layers_beyond_the_model_is_a_named_error():
