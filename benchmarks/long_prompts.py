@@ -25,8 +25,9 @@ next to the trunk cache's hit rate and size (log.csv's `trunk_hit_rate`, `trunk_
 The profile (skipped with --no-profile): on 64 prompts of random play on the level, one collection of 16
 prompts (every one a trunk miss, as new prompts are) and one update minibatch of 64 cached prompts under
 torch.profiler, self time summed by kind as benchmarks/update_profile.py sums it, with the SDPA kernels'
-rate at the level's mean prompt length in the same process. Then scoring 16 new prompts and the update
-minibatch again, each the best of 3, with the top block at every position and at the read positions only.
+rate at the level's mean prompt length in the same process. Then scoring 16 new prompts (every one a trunk
+miss), scoring the 16 collected ones (now in the cache: the top 4 blocks only) and the update minibatch again,
+each the best of 3, with the top block at every position and at the read positions only.
 """
 
 from __future__ import annotations
@@ -154,12 +155,16 @@ def profile_level(level: str, model: str, overrides: list[str]) -> None:
         policy.trunk.tail_exact = tail
         return min(timed(work) for _ in range(3))
 
-    def score_unseen() -> None:  # a trunk miss every time: not recorded in the cache
+    unseen = real_prompts(16, cfg.prompt.nbr_obs, seed=2, level=level)
+
+    def score(batch: list[str]) -> None:  # outside a collection: nothing is added to the cache
         with torch.inference_mode():
-            policy(fresh, actions)
+            policy(batch, actions)
 
     exact = policy.trunk.tail_exact
-    for name, work in (("scoring 16 new prompts", score_unseen), ("update minibatch of 64", update)):
+    for name, work in (("scoring 16 new prompts (trunk misses)", lambda: score(unseen)),
+                       (f"scoring 16 cached prompts (the top {cfg.model.train_layers} blocks)", lambda: score(fresh)),
+                       ("update minibatch of 64", update)):
         full, tail = best_of_3(work, False), best_of_3(work, exact)
         print(f"  {name}, best of 3: the top block at every position {full:.2f} s, at the read positions only "
               f"{tail:.2f} s ({'the tail' if exact else 'no tail: this model falls back'}): {full / tail:.2f}x")
