@@ -204,3 +204,12 @@ def test_fsdp_refuses_what_it_cannot_shard_in_one_line(tmp_path, capsys, overrid
                  *padded, *overrides])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and fragment in err[0], err
+
+
+@pytest.mark.parametrize(("cuda", "gpus", "ranks_here", "expected"),
+                         [(False, 0, 2, "gloo"), (True, 2, 2, "nccl"), (True, 1, 2, "gloo"), (True, 8, 4, "nccl")])
+def test_ranks_that_share_a_gpu_use_gloo(monkeypatch, cuda, gpus, ranks_here, expected):
+    from glamrl.parallel.distributed import backend
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)  # no GPU here: the count is the input
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks_here))
+    assert backend(cuda) == expected

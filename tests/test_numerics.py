@@ -3,6 +3,7 @@ chunked minibatches, activation checkpointing and compiled blocks give the plain
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from glamrl.config import ModelConfig, PPOConfig, load_train_config
 from glamrl.envs.actions import ACTION_NAMES
@@ -109,6 +110,33 @@ def test_chunked_and_checkpointed_gradients_equal_the_plain_backward(name, grad_
     assert got.keys() == plain.keys() and any(g.abs().sum() > 0 for g in plain.values())
     for key, grad in plain.items():
         torch.testing.assert_close(got[key], grad, atol=1e-6, rtol=0, msg=key)
+
+
+class _AttentionOps(TorchDispatchMode):
+    """The fused SDPA kernels (aten ops) run inside this block, forward and backward passes alike."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.__name__.startswith("_scaled_dot_product_"):
+            self.ops.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
+def test_the_recomputation_runs_the_attention_kernels_of_its_forward(name):
+    # The backward pass recomputes each block outside the policy's call: a kernel choice made only around the
+    # forward (an sdpa_kernel block, as the scorer had on CUDA) recomputed with another kernel, whose saved
+    # tensors had other shapes (torch's CheckpointError, the first H200 run).
+    policy = LLMPolicy(ModelConfig(name=name, device="cpu", compute_dtype="float32", gradient_checkpointing=True))
+    with _AttentionOps() as attention:
+        out = policy(PROMPTS, ACTION_NAMES)
+        forward = list(attention.ops)
+        (out.log_probs.sum() + out.values.sum()).backward()
+    recomputed = [op for op in attention.ops[len(forward):] if "_backward" not in op]
+    assert forward and recomputed == forward
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])

@@ -18,13 +18,11 @@ prompt and the action is tokenized as the continuation ` turn left` of a short c
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_outputs import BaseModelOutput
 
@@ -36,9 +34,6 @@ if TYPE_CHECKING:
     from glamrl.llm.trunk import FrozenTrunk
 
 _CONTEXT = "Action:"  # actions are tokenized as the continuation of this text
-MASKED_KERNELS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-"""SDPA kernels the scorer allows on CUDA: flash attention takes no arbitrary mask, memory-efficient attention
-does (the scorer's 4D masks, T5's position bias); math is the fallback. Unmeasured on a GPU so far."""
 
 
 class ScoringError(GlamrlError, ValueError):
@@ -111,8 +106,7 @@ class ActionScorer:
             ids, mask, lengths = self._pad([token_ids[i] for i in rows])          # (b, P), (b, P), (b,) on the host
             keys = [(prompts[i], cache_actions) for i in rows]
             forward = self._seq2seq_forward if self.is_seq2seq else self._causal_forward
-            with self._attention_kernels():
-                logits, hidden = forward(ids, mask, lengths, packed, keys)
+            logits, hidden = forward(ids, mask, lengths, packed, keys)
             hiddens.append(hidden)
             if packed is not None:
                 lls.append(self._log_likelihoods(logits, packed))
@@ -248,12 +242,6 @@ class ActionScorer:
                          use_cache=False)
         hidden = out.decoder_hidden_states[-1][:, 0]                              # (B, H)
         return (out.logits if packed is not None else None), hidden              # (B, T, V)
-
-    def _attention_kernels(self) -> AbstractContextManager[Any]:
-        """On CUDA, SDPA restricted to `MASKED_KERNELS` (see `attention_kernels` to check which one runs)."""
-        if self.device.type == "cuda" and self.model.config._attn_implementation == "sdpa":
-            return sdpa_kernel(MASKED_KERNELS)
-        return nullcontext()
 
     def _attention_mask(self, visible: Tensor) -> Tensor:
         """(B, Q, K) bool -> the (B, 1, Q, K) mask the model's attention implementation expects."""

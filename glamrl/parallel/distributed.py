@@ -4,7 +4,7 @@
 
 Each rank collects `env.num_envs x ppo.num_steps` frames with its own seeds, computes
 the PPO gradients of its own minibatches, and the gradients are averaged over the ranks
-before every optimiser step (gloo on CPU, NCCL on GPU), so every replica takes the same
+before every optimiser step (gloo on CPU, NCCL on GPUs: `backend`), so every replica takes the same
 step and stays bitwise identical. Rank 0 alone reads and writes the run directory; the
 others receive the config and the resumed state from it, or its refusal (`from_main`): the rank
 that found an error reports it, the others stop quietly. Without torchrun (WORLD_SIZE
@@ -71,17 +71,24 @@ def init() -> Ranks:
         return Ranks()
     if not dist.is_initialized():
         cuda = torch.cuda.is_available()
-        if cuda:
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        if cuda:  # ranks beyond the node's GPUs share them, round robin
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
         timeout = float(os.environ.get("GLAMRL_DIST_TIMEOUT", DEFAULT_TIMEOUT_S))
         # torch.distributed.nn's functions take `group=group.WORLD` as a default argument, bound when the module is
         # first imported (transformers and FSDP import it). Imported after the group exists, they hold the group,
         # so destroy_process_group cannot free it, and its gloo threads are still running while the interpreter
         # shuts down (a rank then aborts at exit now and then: "terminate called without an active exception").
         import torch.distributed.nn as _  # noqa: F401  (before the group: the defaults hold None)
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout))
+        dist.init_process_group(backend(cuda), timeout=timedelta(seconds=timeout))
         atexit.register(close)  # leave the group before the interpreter goes, so no backend thread is cut off
     return current()
+
+
+def backend(cuda: bool) -> str:
+    """The process group's backend: NCCL where each of this node's ranks has a GPU of its own, else gloo (CPU
+    tensors, or CUDA tensors staged through host memory: NCCL refuses two ranks on one GPU)."""
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    return "nccl" if cuda and ranks_here <= torch.cuda.device_count() else "gloo"
 
 
 def close() -> None:
