@@ -5,10 +5,12 @@ kind of work.
     python -m benchmarks.long_prompts                                  # GoToLocal and MixedTrainLocal
     python -m benchmarks.long_prompts --levels BabyAI-GoToLocal-v0 --updates 2 --no-profile
     python -m benchmarks.long_prompts --model tiny-llama --updates 2 model.train_layers=1   # a smoke test
+    python -m benchmarks.long_prompts --levels BabyAI-GoToLocal-v0 --variants after prompt.nbr_obs=1 model.compile=true
 
 The run: configs/goto_local_cpu.yaml (SmolLM2, `model.train_layers=4`, 16 envs x 16 steps = 256 frames per
-update, 4 epochs, minibatch 64) with `prompt.nbr_obs=3` and `env.id` set to the level, for `--updates`
-updates, each variant in its own subprocess through `glamrl.trainers.ppo.train_ppo`, as `glamrl train` runs it.
+update, 4 epochs, minibatch 64) with `prompt.nbr_obs=3` (an override replaces it) and `env.id` set to the
+level, for `--updates` updates, each variant in its own subprocess through `glamrl.trainers.ppo.train_ppo`, as
+`glamrl train` runs it.
 Steady state: the updates after the first. Variants: `before` (the frozen trunk runs its top block at every
 position, as until 2026-12-04: `top_block_tail_matches` answers no) and `after` (today's defaults: the top block
 at the last prompt token and the action tokens only, `glamrl.llm.trunk.top_block_tail`). The results page keeps
@@ -56,8 +58,10 @@ VARIANTS = ("before", "after")
 def level_config(level: str, model: str, overrides: list[str]):
     from glamrl.config import load_train_config
 
+    given = {o.split("=", 1)[0] for o in overrides}  # the command line's overrides replace the benchmark's own
     return load_train_config(ROOT / "configs" / "goto_local_cpu.yaml",
-                             [f"env.id={level}", f"model.name={model}", *RUN, *overrides])
+                             [f"env.id={level}", f"model.name={model}",
+                              *(o for o in RUN if o.split("=", 1)[0] not in given), *overrides])
 
 
 def prompt_shape(policy, level: str, cfg) -> tuple[list[str], float, int]:
@@ -191,7 +195,8 @@ def main() -> None:
     if args.child:
         print(json.dumps(run_variant(*args.child, args.updates, args.model, args.overrides)))
         return
-    print(f"{args.model}, configs/goto_local_cpu.yaml with prompt.nbr_obs=3, {args.updates} updates of 256 frames per "
+    print(f"{args.model}, configs/goto_local_cpu.yaml with {' '.join([*RUN, *args.overrides])} (later ones win), "
+          f"{args.updates} updates of 256 frames per "
           f"variant, {torch.get_num_threads()} threads; steady state = updates 2..{args.updates}")
     print(f"{'level':<28}{'variant':>8}{'P':>5}{'collect f/s':>12}{'update f/s':>11}{'overall f/s':>12}"
           f"{'collect frac':>13}{'update frac':>12}{'trunk hits':>11}{'cache MiB':>10}{'peak RSS':>10}")
