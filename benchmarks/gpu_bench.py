@@ -15,6 +15,10 @@ Steps:
    3 observations, BabyAI-MixedTrainLocal-v0, fp32 weights, bf16 compute on CUDA) with
    `glamrl.trainers.ppo.train_ppo`, stopped after a time limit; the last update of RUN_DIR/log.csv gives
    collection, update and overall frames/s.
+   After a model's `train_layers` row: where one collection pass (32 prompts new to the trunk cache) and
+   one update minibatch spend their wall time, warmed up (compiled, cached): the device's kernels
+   (torch.profiler's CUDA activity), the host's operators (their self CPU time: launches, copies), the
+   rest (Python, tokenization, the trunk cache), and the Python functions that take the most (cProfile).
 4. DD-PPO: the same training under `torchrun --nproc_per_node=2` (NCCL with a GPU per rank, gloo
    where the ranks share one device), or the reason it could not run.
 It prints one Markdown table and writes everything as JSON (--out).
@@ -28,9 +32,11 @@ torch.utils.flop_counter on real batches as glamrl runs them (padding included).
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import json
 import os
+import pstats
 import shutil
 import signal
 import subprocess
@@ -41,6 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 from transformers.utils import logging as transformers_logging
@@ -163,6 +170,60 @@ def per_frame_costs(overrides: list[str], prompts: list[str], minibatch: int) ->
     return result
 
 
+def where_time_goes(overrides: list[str], prompts: list[str], fresh: list[list[str]], minibatch: int) -> dict:
+    """Wall time of one collection pass over prompts the trunk cache has not seen (`fresh`: three disjoint
+    batches, to warm up, to profile the operators and to profile the Python functions) and of one update
+    minibatch of cached `prompts`, split into the device's kernels, the host's operators and the rest, with the
+    host operators and Python functions that take the most. Warmed up first: every kernel compiled and cached."""
+    cfg = load_train_config(None, overrides)
+    torch.manual_seed(0)
+    policy = make_model(cfg)
+    device, actions = policy.device, cfg.prompt.actions
+
+    def collect(batch: list[str]) -> None:
+        with torch.inference_mode(), policy.collecting():
+            policy(batch, actions)
+
+    def update() -> None:
+        out = policy(prompts[:minibatch], actions)
+        (out.log_probs.sum() + out.values.sum()).backward()
+        policy.zero_grad(set_to_none=True)
+
+    collect(prompts)  # the update's prompts are cached, as after a rollout
+    collect(fresh[0])
+    update()
+    update()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    result = {}
+    for name, operators, functions in (("collect", lambda: collect(fresh[1]), lambda: collect(fresh[2])),
+                                       ("update", update, update)):
+        _sync(device)
+        with profile(activities=activities) as prof:
+            start = time.perf_counter()
+            operators()
+            _sync(device)
+            wall = time.perf_counter() - start
+        events = prof.key_averages()
+        host_ops = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)
+        python = cProfile.Profile()
+        python.enable()
+        functions()
+        _sync(device)
+        python.disable()
+        slowest = sorted(pstats.Stats(python).stats.items(), key=lambda item: item[1][2], reverse=True)
+        result[name] = {
+            "wall_ms": wall * 1e3,
+            "device_ms": sum(e.self_device_time_total for e in events) / 1e3,
+            "host_ops_ms": sum(e.self_cpu_time_total for e in events) / 1e3,
+            "top_host_ops": [[e.key, round(e.self_cpu_time_total / 1e3, 1), e.count] for e in host_ops[:5]],
+            "top_python": [[func if file == "~" else f"{Path(file).name}:{line} {func}", round(stats[2] * 1e3, 1),
+                            stats[1]] for (file, line, func), stats in slowest[:6]],  # "~": built in (C)
+        }
+    del policy
+    _free()
+    return result
+
+
 def _counts(names: list[str]) -> str:
     """['MATH', 'MATH', 'FLASH'] -> 'MATH x2, FLASH x1' (kernels in order of first use); 'none' without SDPA."""
     return ", ".join(f"{n} x{names.count(n)}" for n in dict.fromkeys(names)) or "none (not SDPA)"
@@ -270,6 +331,8 @@ def main() -> None:
               "models": {}, "rows": [], "ddppo": None}
     say(f"{name}: {report['peak']}: {peak / 1e12:.3g} TFLOP/s")
     prompts = real_prompts(plan.prompts, nbr_obs=3)
+    new = real_prompts(3 * plan.envs, nbr_obs=3, seed=1)  # collection batches the trunk cache has not seen
+    fresh = [new[i * plan.envs:(i + 1) * plan.envs] for i in range(3)]
 
     for model in args.models:
         model_dir = work / "models" / model
@@ -297,6 +360,9 @@ def main() -> None:
             report["rows"].append(row)
             speed = f"{row['FPS']:.1f} frames/s" if last is not None else "no update logged"
             say(f"{model} {mode}: {row['status']}; {speed}; " + " | ".join(row["compile"]))
+            if extra and last is not None and args.budget_s - (time.time() - start) >= 30:
+                row["time"] = _attempt(lambda: where_time_goes(overrides, prompts, fresh, plan.minibatch))
+                say(f"{model} {mode}, where the time goes: " + _split(row["time"]))
         if model == DDPPO_MODEL:  # DD-PPO trains this model: right after its rows, before a larger model's
             report["ddppo"] = ddppo(plan, work, args, start, say)
 
@@ -376,6 +442,15 @@ def _compiled(lines: list[str]) -> str:
     return f"yes, {float(seconds[0]):.0f} s" if seconds else "yes"
 
 
+def _split(time_split: dict | str) -> str:
+    """One line from `where_time_goes`: each pass's wall time, its device and host-operator shares."""
+    if isinstance(time_split, str):
+        return time_split
+    return "; ".join(f"{name} {t['wall_ms']:.0f} ms: device kernels {t['device_ms'] / t['wall_ms']:.0%}, host "
+                     f"operators {t['host_ops_ms'] / t['wall_ms']:.0%}, the rest (Python) "
+                     f"{max(1 - t['host_ops_ms'] / t['wall_ms'], 0):.0%}" for name, t in time_split.items())
+
+
 def markdown(report: dict) -> str:
     """The results as one Markdown table (a row per model and mode, then the DD-PPO row)."""
     head = ("| model | params | mode | collect f/s | update f/s | overall f/s | collect tok/s | update tok/s "
@@ -391,6 +466,13 @@ def markdown(report: dict) -> str:
         cells += [_compiled(r.get("compile", [])), f"{r.get('collect_kernels', '-')} / {r.get('update_kernels', '-')}",
                   status]
         lines.append("| " + " | ".join(cells) + " |")
+    for r in report["rows"]:
+        if isinstance(r.get("time"), dict):
+            lines += ["", f"{r['model']} {r['mode']}, where the time goes: {_split(r['time'])}"]
+            for name, t in r["time"].items():
+                lines.append(f"- {name}, host operators: " + ", ".join(f"{k} {ms} ms x{n}" for k, ms, n in t["top_host_ops"]))
+                lines.append(f"- {name}, Python functions (own time): "
+                             + ", ".join(f"{k} {ms} ms x{n}" for k, ms, n in t["top_python"]))
     d = report["ddppo"]
     lines += ["", f"DD-PPO, 2 ranks ({d['backend']}): {d['status']}"
               + (f", {d['FPS']:.1f} frames/s ({d['frames_per_update']} frames per update)" if "FPS" in d else "")]
