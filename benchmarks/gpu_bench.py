@@ -409,8 +409,9 @@ def _speeds(last: dict, row: dict, epochs: int, peak: float) -> dict:
 
 
 def ddppo(plan: Plan, work: Path, args: argparse.Namespace, start: float, say) -> dict:
-    """One DD-PPO update with 2 ranks, SmolLM2, or why not: NCCL where each rank has a GPU of its own, else gloo
-    (glamrl's `distributed.backend`: on one GPU the ranks share it, and NCCL refuses that)."""
+    """One DD-PPO update with 2 ranks, SmolLM2 with its top blocks trained, or why not: NCCL where each rank has a
+    GPU of its own, else gloo (glamrl's `distributed.backend`: on one GPU the ranks share it, and NCCL refuses
+    that)."""
     backend = "nccl" if plan.device == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
     model_dir = work / "models" / DDPPO_MODEL
     left = args.budget_s - (time.time() - start)
@@ -422,7 +423,9 @@ def ddppo(plan: Plan, work: Path, args: argparse.Namespace, start: float, say) -
                                                                  "ppo.minibatch_size"))]
     frames = plan.dist_envs * 8
     overrides += [f"env.num_envs={plan.dist_envs}", "ppo.num_steps=8", f"ppo.total_frames={2 * frames}",
-                  f"ppo.minibatch_size={frames // 2}", f"model.name={model_dir}", "run.check_replicas=true"]
+                  f"ppo.minibatch_size={frames // 2}", f"model.name={model_dir}", "run.check_replicas=true",
+                  f"model.train_layers={plan.train_layers}"]  # one update: two processes compiling full fine-tuning
+    # outlasted 120 s on the H200 (2026-12-04); the replicas' lockstep and the all-reduce are what this row checks
     os.environ.setdefault("GLAMRL_DIST_TIMEOUT", "60")
     last, status = torchrun_row(overrides, work / "runs" / "ddppo", min(plan.dist_timeout_s, left - 10))
     say(f"DD-PPO 2 ranks ({backend}): {status}")
