@@ -1,41 +1,77 @@
-"""How often a level repeats its prompts: distinct prompts among the frames of random-action play.
+"""How often a level repeats its prompts, and how much of a new prompt an earlier one already begins with:
+random-action play, counted in SmolLM2's tokens.
 
     python benchmarks/prompt_reuse.py [--levels BabyAI-GoToObjS4-v0 ...] [--envs 16] [--steps 512]
 
 The frozen-trunk cache (`model.train_layers`) and the scorer's prompt dedupe save one trunk
-pass (or one forward) per repeated prompt, so this count bounds what they save. A trained
+pass (or one forward) per repeated prompt, so the distinct-prompt count bounds what they save. A trained
 policy visits fewer states than random play, so it repeats more.
+
+The trunk cache is keyed by the whole prompt: a new prompt runs the frozen blocks on all its tokens, even
+where it begins with tokens an earlier prompt had (the mission, then the first observations of an episode
+whose window of `nbr_obs` observations is not full yet). In a causal model those leading tokens' activations
+are the earlier prompt's, so a cache of token prefixes could skip them. `prefix share` is the share of the
+new prompts' tokens that lie in the longest token prefix shared with any earlier prompt of the run: what such
+a cache would save of the frozen blocks' work on new prompts, at most (the tokens are the scorer's: the
+prompt without its trailing space, SmolLM2's tokenizer).
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
+from transformers import AutoTokenizer
 
 from glamrl.envs import make_vector_env
 from glamrl.envs.actions import ACTION_NAMES
 from glamrl.prompts import PromptHistory
 
+TOKENIZER = Path(__file__).resolve().parent / "models" / "tokenizer"
 
-def distinct_prompts(level: str, nbr_obs: int, envs: int, steps: int, seed: int = 0) -> list[tuple[int, int]]:
-    """(frames, distinct prompts so far) after every quarter of `steps` steps of `envs` random-action envs."""
+
+class PrefixTrie:
+    """Token sequences seen so far; `add` returns how many leading tokens of a sequence were seen before."""
+
+    def __init__(self) -> None:
+        self.root: dict[int, dict] = {}
+
+    def add(self, tokens: list[int]) -> int:
+        node, shared = self.root, 0
+        for token in tokens:  # past the first token not seen here, every node is new and empty
+            shared += token in node
+            node = node.setdefault(token, {})
+        return shared
+
+
+def prompt_reuse(level: str, nbr_obs: int, envs: int, steps: int, tokenizer, seed: int = 0) -> list[dict]:
+    """After every quarter of `steps` steps of `envs` random-action envs: frames, distinct prompts so far, and the
+    share of the distinct prompts' tokens in a prefix an earlier prompt had."""
     vec = make_vector_env(level, envs)
     rng = np.random.default_rng(seed)
     histories = [PromptHistory(nbr_obs) for _ in range(envs)]
     obs, _ = vec.reset(seed=seed)
     seen: set[str] = set()
+    trie = PrefixTrie()
+    new_tokens = shared_tokens = 0
     counts = []
     for step in range(1, steps + 1):
         actions = rng.integers(0, len(ACTION_NAMES), size=envs)
         for i, history in enumerate(histories):
-            seen.add(history.prompt(ACTION_NAMES, obs["mission"][i], obs["descriptions"][i]))
+            prompt = history.prompt(ACTION_NAMES, obs["mission"][i], obs["descriptions"][i])
+            if prompt not in seen:
+                seen.add(prompt)
+                tokens = tokenizer(prompt.removesuffix(" ")).input_ids
+                shared_tokens += trie.add(tokens)
+                new_tokens += len(tokens)
             history.record(obs["descriptions"][i], ACTION_NAMES[actions[i]])
         obs, _, terminated, truncated, _ = vec.step(actions)
         for i in np.flatnonzero(terminated | truncated):
             histories[i].clear()
         if step % max(1, steps // 4) == 0:
-            counts.append((step * envs, len(seen)))
+            counts.append({"frames": step * envs, "distinct": len(seen), "prefix_share": shared_tokens / new_tokens,
+                           "tokens": new_tokens / len(seen)})
     vec.close()
     return counts
 
@@ -46,11 +82,14 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=512)
     args = parser.parse_args()
-    print(f"{'level':<28}{'obs':>4}  distinct prompts / frames")
+    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
+    print(f"{'level':<28}{'obs':>4}  distinct prompts / frames (prefix share of the new prompts' tokens; their "
+          f"mean tokens)")
     for level in args.levels:
         for nbr_obs in (1, 2, 3):
-            counts = distinct_prompts(level, nbr_obs, args.envs, args.steps)
-            print(f"{level:<28}{nbr_obs:>4}  " + "  ".join(f"{d}/{f}" for f, d in counts))
+            counts = prompt_reuse(level, nbr_obs, args.envs, args.steps, tokenizer)
+            print(f"{level:<28}{nbr_obs:>4}  " + "  ".join(
+                f"{c['distinct']}/{c['frames']} ({c['prefix_share']:.0%}; {c['tokens']:.0f})" for c in counts))
 
 
 if __name__ == "__main__":
