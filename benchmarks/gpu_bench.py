@@ -56,6 +56,7 @@ from benchmarks.train_speed import real_prompts
 from glamrl.agents.factory import make_model
 from glamrl.config import load_train_config
 from glamrl.llm.diagnostics import attention_kernels
+from glamrl.parallel import distributed
 from glamrl.run.dir import RunDir
 from glamrl.trainers.ppo import train_ppo
 
@@ -412,7 +413,7 @@ def ddppo(plan: Plan, work: Path, args: argparse.Namespace, start: float, say) -
     """One DD-PPO update with 2 ranks, SmolLM2 with its top blocks trained, or why not: NCCL where each rank has a
     GPU of its own, else gloo (glamrl's `distributed.backend`: on one GPU the ranks share it, and NCCL refuses
     that)."""
-    backend = "nccl" if plan.device == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
+    backend = distributed.backend(plan.device == "cuda", ranks_here=2)
     model_dir = work / "models" / DDPPO_MODEL
     left = args.budget_s - (time.time() - start)
     result = {"ranks": 2, "backend": backend}

@@ -211,5 +211,4 @@ def test_fsdp_refuses_what_it_cannot_shard_in_one_line(tmp_path, capsys, overrid
 def test_ranks_that_share_a_gpu_use_gloo(monkeypatch, cuda, gpus, ranks_here, expected):
     from glamrl.parallel.distributed import backend
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)  # no GPU here: the count is the input
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks_here))
-    assert backend(cuda) == expected
+    assert backend(cuda, ranks_here) == expected

@@ -79,15 +79,15 @@ def init() -> Ranks:
         # so destroy_process_group cannot free it, and its gloo threads are still running while the interpreter
         # shuts down (a rank then aborts at exit now and then: "terminate called without an active exception").
         import torch.distributed.nn as _  # noqa: F401  (before the group: the defaults hold None)
-        dist.init_process_group(backend(cuda), timeout=timedelta(seconds=timeout))
+        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+        dist.init_process_group(backend(cuda, ranks_here), timeout=timedelta(seconds=timeout))
         atexit.register(close)  # leave the group before the interpreter goes, so no backend thread is cut off
     return current()
 
 
-def backend(cuda: bool) -> str:
-    """The process group's backend: NCCL where each of this node's ranks has a GPU of its own, else gloo (CPU
-    tensors, or CUDA tensors staged through host memory: NCCL refuses two ranks on one GPU)."""
-    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+def backend(cuda: bool, ranks_here: int) -> str:
+    """The process group's backend for `ranks_here` ranks on this node: NCCL where each has a GPU of its own, else
+    gloo (CPU tensors, or CUDA tensors staged through host memory: NCCL refuses two ranks on one GPU)."""
     return "nccl" if cuda and ranks_here <= torch.cuda.device_count() else "gloo"
 
 
