@@ -90,7 +90,9 @@ def add_episode_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=non_negative_int, default=EnvConfig.seed,
                         help="eval: the seed's evaluation episodes (--seeding), whatever --num-envs (the episodes "
                              "a run with env.seed=SEED is evaluated on); demos: episode k from seed + k")
-    parser.add_argument("--num-envs", type=positive_int, default=EnvConfig.num_envs)
+    parser.add_argument("--num-envs", type=positive_int, default=None,
+                        help=f"envs played side by side, a batch of prompts per step (default: the run's "
+                             f"env.num_envs, else {EnvConfig.num_envs}); the episodes are the same whatever the count")
     parser.add_argument("--task", default=None, help="restrict a Mixed level to one task kind (default: the run's)")
     parser.add_argument("--language", choices=("en", "fr"), default=None, help="default: the run's, else en")
 
@@ -334,9 +336,10 @@ def eval_agent(args: argparse.Namespace,
         make_env(args.env, task=args.task)  # an unknown id or task fails here, before the agent loads
     spec = agent_spec(args, default_kind)
     cfg, model, _, progress = load_eval_model(spec, args.seed, args.language)
-    env = dataclasses.replace(eval_env(cfg.env, args.env, args.task, args.language), seed=args.seed)
+    env = dataclasses.replace(eval_env(cfg.env, args.env, args.task, args.language), seed=args.seed,
+                              num_envs=args.num_envs or cfg.env.num_envs)
     cfg = dataclasses.replace(cfg, env=env)
-    envs = dataclasses.replace(env, num_envs=args.num_envs).make_vector_env()
+    envs = env.make_vector_env()
     return make_agent(cfg, model, envs, greedy=spec.greedy), cfg, envs, progress
 
 
@@ -375,14 +378,16 @@ def cmd_suite(args: argparse.Namespace) -> None:
     The JSON names the suite only when all its tests were asked (`--tests` makes it "custom"), and is
     `complete` once every test asked has run (it is rewritten after each test). The tests play under the run's
     env settings (a fresh agent's: the defaults; `--env` moves the level), each test's own level or language
-    written as its `overrides`; every test plays episode k from `env.eval_seed` + k, on `num_envs` envs.
+    written as its `overrides`; every test plays episode k from `env.eval_seed` + k, on `num_envs` envs. Run
+    again after a stop, it keeps the tests that the unfinished --out file played of the same agent and episodes
+    (`glamrl.eval.suite.resumable_tests`) and plays the rest.
     """
     import dataclasses
     import time
 
     from glamrl.eval.agents import builder, eval_env, load_eval_model
     from glamrl.eval.provenance import provenance
-    from glamrl.eval.suite import applicable, format_header, run_suite, select_tests
+    from glamrl.eval.suite import applicable, format_header, format_row, resumable_tests, run_suite, select_tests
     from glamrl.envs import make_env
     from glamrl.files import write_text
 
@@ -398,25 +403,31 @@ def cmd_suite(args: argparse.Namespace) -> None:
     cfg, model, label, progress = load_eval_model(spec, args.seed)
     env = seeded_env(eval_env(cfg.env, args.env), args)
     tests, skipped = applicable(tests, env)
-    build, seed = builder(cfg, model, spec.greedy), env.eval_seed
+    build, seed, num_envs = builder(cfg, model, spec.greedy), env.eval_seed, args.num_envs or env.num_envs
     origin = provenance(dataclasses.replace(cfg, env=env), run_dir=args.run, progress=progress, greedy=args.greedy,
-                        num_envs=args.num_envs, first_seed=seed, episodes=args.episodes)
+                        num_envs=num_envs, first_seed=seed, episodes=args.episodes)
+    record = {"suite": suite, "agent": label, "seed": args.seed, "seeding": env.seeding, "eval_seed": seed,
+              "episodes_per_test": args.episodes, "num_envs": num_envs, "skipped": skipped, "provenance": origin}
+    names = {test.name for test in tests}
+    played = {k: v for k, v in resumable_tests(args.out, record).items() if k in names} if args.out else {}
     print(f"{label}: {len(tests)} tests on {env.id}, {args.episodes} episodes each, evaluation seeds from {seed}")
     for name, why in skipped.items():
         print(f"{name}: skipped, does not apply: {why}")
+    if played:
+        print(f"resuming {args.out}: {len(played)} of its tests played these episodes of this agent already")
     print(format_header())
-    start = time.time()
+    for name, result in played.items():
+        print(format_row(name, result))
+    start = time.time() - sum(r.get("wall_time_s", 0) for r in played.values())
 
     def save(results: dict) -> None:  # after every test, so that a long suite stopped early keeps what it ran
         if args.out:
-            write_text(args.out, json.dumps({
-                "suite": suite, "agent": label, "seed": args.seed, "seeding": env.seeding, "eval_seed": seed,
-                "episodes_per_test": args.episodes, "num_envs": args.num_envs,
-                "complete": len(results) == len(tests), "skipped": skipped,
-                "wall_time_s": round(time.time() - start, 2), "provenance": origin, "tests": results}, indent=2))
+            write_text(args.out, json.dumps({**record, "complete": len(results) == len(tests),
+                                             "wall_time_s": round(time.time() - start, 2), "tests": results},
+                                            indent=2))
 
-    run_suite(tests, build, args.episodes, seed, args.num_envs, progress=True,
-              say=lambda line: print(line, flush=True), after_test=save, env=env)
+    run_suite(tests, build, args.episodes, seed, num_envs, progress=True,
+              say=lambda line: print(line, flush=True), after_test=save, env=env, played=played)
     print(f"{len(tests)} tests in {time.time() - start:.1f}s")
 
 

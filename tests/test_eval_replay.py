@@ -11,7 +11,7 @@ import torch
 from glamrl.agents.bot import BotAgent
 from glamrl.agents.factory import make_agent, make_model
 from glamrl.cli import main
-from glamrl.config import AgentConfig, load_train_config
+from glamrl.config import AgentConfig, EnvConfig, load_train_config
 from glamrl.envs import make_vector_env
 from glamrl.eval.suite import TESTS, run_suite
 from glamrl.rollout import run_episodes
@@ -95,10 +95,14 @@ def run(tmp_path_factory):
     return run
 
 
-def test_eval_and_play_of_a_run_default_to_its_level_and_limit(run, tmp_path, capsys):
+def test_eval_and_play_of_a_run_default_to_its_level_limit_and_env_count(run, tmp_path, capsys):
     data = eval_json(tmp_path, "--run", str(run), "--episodes", "4")
     assert data["env"] == LEVEL and data["max_steps"] == 3 and data["mean_length"] <= 3
+    assert data["num_envs"] == data["provenance"]["num_envs"] == 2  # the run's env.num_envs, not EnvConfig's 4
     suite = eval_json(tmp_path, "--run", str(run), "--tests", "no_change,french", "--episodes", "2")
+    assert suite["num_envs"] == suite["provenance"]["num_envs"] == 2
+    assert eval_json(tmp_path, "--agent", "random", "--episodes", "2")["num_envs"] == EnvConfig.num_envs
+    assert eval_json(tmp_path, "--run", str(run), "--episodes", "2", "--num-envs", "3")["num_envs"] == 3
     for name, language in [("no_change", "en"), ("french", "fr")]:
         test = suite["tests"][name]
         assert test["env"] == LEVEL and test["max_steps"] == 3 and test["mean_length"] <= 3

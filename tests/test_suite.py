@@ -151,6 +151,26 @@ def test_suite_cli_writes_one_json(tmp_path):
     assert data["eval_seed"] == 2**32 + 2**31 and data["tests"]["french"]["episodes"] == 4
 
 
+def test_a_stopped_suite_resumes_its_played_tests_on_the_same_episodes_only(tmp_path):
+    out = tmp_path / "suite.json"
+    args = ("eval", "--agent", "random", "--tests", "french,invented_words", "--episodes", "3", "--out", str(out))
+    assert glamrl(*args).returncode == 0
+    whole = json.loads(out.read_text())
+    stopped = {**whole, "complete": False, "tests": {"french": {**whole["tests"]["french"], "success_rate": 0.123}}}
+    out.write_text(json.dumps(stopped))  # stopped after its first test, marked so that a replay would show
+    done = glamrl(*args)
+    assert done.returncode == 0, done.stderr
+    assert "1 of its tests played these episodes" in done.stdout
+    resumed = json.loads(out.read_text())
+    assert resumed["complete"] is True and resumed["tests"]["french"]["success_rate"] == 0.123  # kept, not replayed
+    assert resumed["tests"]["invented_words"] == {**whole["tests"]["invented_words"],
+                                                  "wall_time_s": resumed["tests"]["invented_words"]["wall_time_s"]}
+    out.write_text(json.dumps(stopped))
+    other = glamrl(*args[:-4], "--episodes", "2", "--out", str(out))  # other episodes: everything plays again
+    assert other.returncode == 0 and "played these episodes" not in other.stdout
+    assert json.loads(out.read_text())["tests"]["french"]["success_rate"] != 0.123
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--agent", "bot", "--tests", "french,klingon"], "klingon"),
     (["--agent", "bot", "--suite", "nope"], "unknown suite 'nope'"),

@@ -20,9 +20,11 @@ Adding a test takes a few lines:
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gymnasium.vector import SyncVectorEnv
@@ -220,14 +222,18 @@ AgentBuilder = Callable[[SyncVectorEnv, SuiteTest], Agent]
 def run_suite(tests: Sequence[SuiteTest], build_agent: AgentBuilder, episodes: int, seed: int,
               num_envs: int = 4, progress: bool = False, say: Callable[[str], None] = lambda _: None,
               after_test: Callable[[dict[str, dict[str, Any]]], None] = lambda _: None,
-              env: EnvConfig | None = None) -> dict[str, dict[str, Any]]:
+              env: EnvConfig | None = None,
+              played: Mapping[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """`evaluate` under every test, each on the same episodes (episode k from `seed + k`) from the same RNG state,
     under the suite's `env` settings (default `EnvConfig()`): {test name: summary with the test's settings}.
 
-    `after_test` receives the results so far after each test (to save them as they come).
+    `after_test` receives the results so far after each test (to save them as they come). `played`: results of
+    tests already played (`resumable_tests`), kept as they are and not played again.
     """
-    results = {}
+    results = dict(played or {})
     for test in tests:
+        if test.name in results:
+            continue
         settings = test.env_config(env)
         envs = test.make_envs(num_envs, env)
         start = time.time()
@@ -242,6 +248,27 @@ def run_suite(tests: Sequence[SuiteTest], build_agent: AgentBuilder, episodes: i
         say(format_row(test.name, results[test.name]))
         after_test(results)
     return results
+
+
+SUITE_IDENTITY = ("suite", "agent", "seed", "seeding", "eval_seed", "episodes_per_test", "num_envs", "skipped")
+"""The keys of a suite JSON that say which episodes of which agent its tests played."""
+PROVENANCE_IDENTITY = ("run_dir", "model", "checkpoint", "greedy", "num_envs", "episode_seeds", "level", "agent")
+"""The keys of its `provenance` that do: not the commit, the version or the machine, which do not change them."""
+
+
+def resumable_tests(path: Path, record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The tests' results in the suite JSON at `path` (`glamrl eval --suite --out`) where it stopped before its
+    last test and played the episodes that `record` (the JSON this suite writes, without its tests) would: the
+    same agent and checkpoint, level, seeds, episodes and num_envs. {} where there is no such file."""
+    try:
+        old = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(old, dict) or old.get("complete") is not False or not isinstance(old.get("tests"), dict):
+        return {}
+    same = all(old.get(k) == record.get(k) for k in SUITE_IDENTITY) and all(
+        (old.get("provenance") or {}).get(k) == record["provenance"].get(k) for k in PROVENANCE_IDENTITY)
+    return old["tests"] if same else {}
 
 
 def format_header() -> str:
