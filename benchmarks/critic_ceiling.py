@@ -21,7 +21,10 @@ update does (GAE with the run's gamma and lambda, values in the returns' units),
              repeated 7-12 times in 1,024 frames, too few to tell a ceiling of 0.2 from 0.8; the
              probe is then the measure.
   probe      held-out explained variance of a ridge regression from the value head's input (the hidden
-             state) to the returns, fitted on half the frames (the best linear critic on those features)
+             state) to the returns, fitted on half the episodes and tested on the other half (the best
+             linear critic on those features, on episodes it has not seen). Figures printed before
+             2026-12-04 split by frame, which leaks an episode's return into its held-out frames (0.43
+             against below 0 on one GoToLocal run's 2,048 frames)
   head       the squared correlation of the trained value head's outputs with the returns (the explained
              variance of the best affine map of V: what the head's ranking of states is worth)
 """
@@ -100,15 +103,28 @@ def collect(run: Path, steps: int, seed: int
             np.concatenate(episodes))
 
 
-def ridge_probe(hidden: torch.Tensor, returns: np.ndarray, penalty: float, seed: int = 0) -> float:
-    """Held-out explained variance of ridge regression from standardised `hidden` (n, H) to `returns` (n,)."""
+PENALTIES = (10, 100, 1000, 10000)
+"""The ridge penalties the probe tries, on standardised features."""
+
+
+def ridge_probe(hidden: torch.Tensor, returns: np.ndarray, episodes: np.ndarray, penalty: float, seed: int = 0) -> float:
+    """Held-out explained variance of ridge regression from standardised `hidden` (n, H) to `returns` (n,), fitted
+    on half the episodes (`episodes` (n,): each frame's episode id) and tested on the other half's frames.
+
+    Split by episode, not by frame: an episode's frames share most of their return and, where the agent bumps into
+    a wall, their prompt, so a test frame would have near-copies among the fitted ones, and a probe with more
+    features than frames would score by remembering them (on a GoToLocal run, 2,048 frames: 0.43 split by frame,
+    below 0 split by episode)."""
     X = hidden.double().numpy()
-    X = (X - X.mean(0)) / (X.std(0) + 1e-6)
-    order = np.random.default_rng(seed).permutation(len(returns))
-    fit, test = order[: len(order) // 2], order[len(order) // 2:]
-    w = np.linalg.solve(X[fit].T @ X[fit] + penalty * np.eye(X.shape[1]), X[fit].T @ (returns[fit] - returns[fit].mean()))
-    error = returns[test] - (X[test] @ w + returns[fit].mean())
-    return float(1 - error.var() / returns[test].var())
+    ids = np.random.default_rng(seed).permutation(np.unique(episodes))
+    in_fit = np.isin(episodes, ids[: len(ids) // 2])
+    mean, std = X[in_fit].mean(0), X[in_fit].std(0) + 1e-6
+    X = (X - mean) / std
+    fit, test = X[in_fit], X[~in_fit]
+    baseline = returns[in_fit].mean()
+    w = np.linalg.solve(fit.T @ fit + penalty * np.eye(X.shape[1]), fit.T @ (returns[in_fit] - baseline))
+    error = returns[~in_fit] - (test @ w + baseline)
+    return float(1 - error.var() / returns[~in_fit].var())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,9 +159,10 @@ def report(run: Path, steps: int, seed: int) -> None:
         print(f"ceiling of the best {name}: {ceiling:.3f} ({len(kept)} frames, one per (input, episode), "
               f"{len(set(keys))} distinct inputs, {repeats} repeats"
               f"{'' if repeats >= MIN_REPEATS else f'; nan below {MIN_REPEATS}: give more --steps'})")
-    probes = {penalty: ridge_probe(hidden, returns, penalty) for penalty in (1, 10, 100, 1000)}
+    probes = {penalty: ridge_probe(hidden, returns, episodes, penalty) for penalty in PENALTIES}
     best = max(probes, key=probes.get)
-    print(f"probe (ridge on the value head's input, held-out half): {probes[best]:.3f} at penalty {best:g} "
+    print(f"probe (ridge on the value head's input, fitted on half the episodes, tested on the others; the best "
+          f"penalty chosen on them, so if anything high): {probes[best]:.3f} at penalty {best:g} "
           f"({', '.join(f'{k:g}: {v:.3f}' for k, v in probes.items())})")
     print(f"head (squared correlation of V with the returns): {np.corrcoef(values, returns)[0, 1] ** 2:.3f}")
 
