@@ -426,8 +426,8 @@ def cmd_suite(args: argparse.Namespace) -> None:
                                              "wall_time_s": round(time.time() - start, 2), "tests": results},
                                             indent=2))
 
-    run_suite(tests, build, args.episodes, seed, num_envs, progress=True,
-              say=lambda line: print(line, flush=True), after_test=save, env=env, played=played)
+    save(run_suite(tests, build, args.episodes, seed, num_envs, progress=True,  # again: where every test was kept
+                   say=lambda line: print(line, flush=True), after_test=save, env=env, played=played))
     print(f"{len(tests)} tests in {time.time() - start:.1f}s")
 
 

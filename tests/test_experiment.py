@@ -410,7 +410,7 @@ def test_trained_and_evaluated_agents_play_the_suite_on_the_same_episodes_once(t
     assert all(f"| {test} " in table for test in suites["tiny"]["tests"])
     capsys.readouterr()
 
-    # a rerun plays nothing again; a suite that stopped early is played again
+    # a rerun plays nothing again; a suite that stopped early is completed (its tests kept, the file marked complete)
     played = {name: digest(out / f"{name}-seed1" / "suite.json") for name in suites}
     assert main(["experiment", str(exp)]) == 0
     assert capsys.readouterr().out.count("finished, skipped") == 2
