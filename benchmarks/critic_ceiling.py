@@ -20,11 +20,12 @@ update does (GAE with the run's gamma and lambda, values in the returns' units),
              `glamrl.stats.MIN_REPEATS` (30) kept frames repeat an input: one observation of GoToLocalS6N3
              repeated 7-12 times in 1,024 frames, too few to tell a ceiling of 0.2 from 0.8; the
              probe is then the measure.
-  probe      held-out explained variance of a ridge regression from the value head's input (the hidden
-             state) to the returns, fitted on half the episodes and tested on the other half (the best
-             linear critic on those features, on episodes it has not seen). Figures printed before
-             2026-12-04 split by frame, which leaks an episode's return into its held-out frames (0.43
-             against below 0 on one GoToLocal run's 2,048 frames)
+  probes     held-out explained variance of a ridge regression to the returns, fitted on half the episodes
+             and tested on the other half (the best linear critic on those features, on episodes it has
+             not seen), from the value head's input (the hidden state), from the step count's features
+             alone (`glamrl.llm.heads.step_features`) and from both (`model.critic_reads_step`'s input).
+             Figures printed before 2026-12-04 split by frame, which leaks an episode's return into its
+             held-out frames (0.43 against below 0 on one GoToLocal run's 2,048 frames)
   head       the squared correlation of the trained value head's outputs with the returns (the explained
              variance of the best affine map of V: what the head's ranking of states is worth)
 """
@@ -41,6 +42,7 @@ import torch
 from glamrl.agents.factory import make_agent, restore_model
 from glamrl.agents.registry import AgentKindError
 from glamrl.errors import GlamrlError
+from glamrl.llm.heads import step_features
 from glamrl.llm.policy import prompt_of
 from glamrl.rl.gae import compute_gae
 from glamrl.rl.value_norm import ValueNormalizer
@@ -55,9 +57,9 @@ CRITIC_INPUTS = {
 
 
 def collect(run: Path, steps: int, seed: int
-            ) -> tuple[list[str], np.ndarray, np.ndarray, torch.Tensor, np.ndarray, np.ndarray]:
-    """(prompts, returns, head values, hidden states, steps into the episode, episode ids) of `steps` steps of
-    the run's envs, step-major."""
+            ) -> tuple[list[str], np.ndarray, np.ndarray, torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
+    """(prompts, returns, head values, hidden states, steps into the episode, the episodes' step limits, episode
+    ids) of `steps` steps of the run's envs, step-major."""
     cfg, policy, state = restore_model(run)
     if cfg.agent.kind != "llm":
         raise AgentKindError(f"{run} holds a {cfg.agent.kind} agent: the probe reads an LLM policy's hidden "
@@ -71,6 +73,7 @@ def collect(run: Path, steps: int, seed: int
     agent = make_agent(cfg, policy, envs)
     obs, _ = envs.reset(seed=seed)
     prompts, values, rewards, terminated, truncated, final_values, elapsed, episodes = [], [], [], [], [], [], [], []
+    limits = []
     t = np.zeros(cfg.env.num_envs, dtype=int)  # steps each env's episode has taken so far
     episode = np.arange(cfg.env.num_envs)      # the id of each env's current episode
     with torch.no_grad():
@@ -78,6 +81,7 @@ def collect(run: Path, steps: int, seed: int
             s = step(envs, agent, obs)
             prompts += [prompt_of(x) for x in s.decision.inputs]  # model.critic_reads_step: (prompt, step)s
             elapsed.append(t.copy())
+            limits.append(np.asarray(obs["max_steps"]).copy())
             episodes.append(episode.copy())
             t = np.where(s.done, 0, t + 1)
             episode = np.where(s.done, episode.max() + 1 + np.cumsum(s.done) - 1, episode)
@@ -100,7 +104,7 @@ def collect(run: Path, steps: int, seed: int
                              torch.stack(final_values), next_value, cfg.ppo.gamma, cfg.ppo.gae_lambda)
     envs.close()
     return (prompts, returns.reshape(-1).numpy(), V.reshape(-1).numpy(), hidden, np.concatenate(elapsed),
-            np.concatenate(episodes))
+            np.concatenate(limits), np.concatenate(episodes))
 
 
 PENALTIES = (10, 100, 1000, 10000)
@@ -148,7 +152,7 @@ def report(run: Path, steps: int, seed: int) -> None:
         raise GlamrlError(f"--steps {steps}: the benchmark needs at least one step of the envs; give --steps 64")
     if not run.is_dir():
         raise GlamrlError(f"{run} is not a directory; give a run directory written by glamrl train")
-    prompts, returns, values, hidden, elapsed, episodes = collect(run, steps, seed)
+    prompts, returns, values, hidden, elapsed, limits, episodes = collect(run, steps, seed)
     print(f"{run}: {len(returns)} frames, {len(set(prompts))} distinct prompts, {len(set(episodes.tolist()))} "
           f"episodes, returns mean {returns.mean():.2f} std {returns.std():.2f}")
     for name, key in CRITIC_INPUTS.items():
@@ -159,11 +163,16 @@ def report(run: Path, steps: int, seed: int) -> None:
         print(f"ceiling of the best {name}: {ceiling:.3f} ({len(kept)} frames, one per (input, episode), "
               f"{len(set(keys))} distinct inputs, {repeats} repeats"
               f"{'' if repeats >= MIN_REPEATS else f'; nan below {MIN_REPEATS}: give more --steps'})")
-    probes = {penalty: ridge_probe(hidden, returns, episodes, penalty) for penalty in PENALTIES}
-    best = max(probes, key=probes.get)
-    print(f"probe (ridge on the value head's input, fitted on half the episodes, tested on the others; the best "
-          f"penalty chosen on them, so if anything high): {probes[best]:.3f} at penalty {best:g} "
-          f"({', '.join(f'{k:g}: {v:.3f}' for k, v in probes.items())})")
+    steps_read = step_features(torch.as_tensor(elapsed), torch.as_tensor(limits)).double()  # (n, STEP_FEATURES)
+    print("probes (ridge, fitted on half the episodes, tested on the others; the best penalty chosen on them, so if "
+          "anything high):")
+    for name, features in (("the hidden state (V(prompt)'s input)", hidden.double()),
+                           ("the step count alone (model.critic_reads_step's features)", steps_read),
+                           ("both (model.critic_reads_step's input)", torch.cat([hidden.double(), steps_read], 1))):
+        probes = {penalty: ridge_probe(features, returns, episodes, penalty) for penalty in PENALTIES}
+        best = max(probes, key=probes.get)
+        print(f"  {name}: {probes[best]:.3f} at penalty {best:g} "
+              f"({', '.join(f'{k:g}: {v:.3f}' for k, v in probes.items())})")
     print(f"head (squared correlation of V with the returns): {np.corrcoef(values, returns)[0, 1] ** 2:.3f}")
 
 

@@ -39,3 +39,21 @@ def test_the_probe_scores_what_generalises_to_new_episodes_not_what_it_remembers
     # what 64 features fitted on 1,000 episodes lose to noise, about 64 / 1000 of the rest)
     hidden, returns, ids = episodes_with_returns(2000, 2, signal=1.0)
     assert 0.4 < ridge_probe(hidden, returns, ids, penalty=10) < 0.55
+
+
+def test_the_report_on_a_tiny_run_prints_each_ceiling_and_probe(tmp_path, capsys, one_thread):
+    from glamrl.config import load_train_config
+    from glamrl.trainers.ppo import train_ppo
+
+    run = tmp_path / "run"
+    cfg = load_train_config(None, ["env.id=BabyAI-GoToObjS4-v0", "env.max_steps=3", "env.num_envs=2",
+                                   "model.name=tiny-llama", "model.device=cpu", "ppo.total_frames=8",
+                                   "ppo.num_steps=2", "ppo.minibatch_size=4", "ppo.epochs=1", "ppo.value_norm=true",
+                                   "run.eval_episodes=0", "run.tensorboard=false"])
+    train_ppo(cfg, run, progress=False, say=lambda _: None)
+    capsys.readouterr()
+    assert main([str(run), "--steps", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "24 frames" in out and out.count("ceiling of the best") == 2 and "head (squared correlation" in out
+    for probe in ("the hidden state", "the step count alone", "both"):
+        assert f"  {probe}" in out
