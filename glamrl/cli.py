@@ -336,10 +336,9 @@ def eval_agent(args: argparse.Namespace,
         make_env(args.env, task=args.task)  # an unknown id or task fails here, before the agent loads
     spec = agent_spec(args, default_kind)
     cfg, model, _, progress = load_eval_model(spec, args.seed, args.language)
-    env = dataclasses.replace(eval_env(cfg.env, args.env, args.task, args.language), seed=args.seed,
-                              num_envs=args.num_envs or cfg.env.num_envs)
-    cfg = dataclasses.replace(cfg, env=env)
-    envs = env.make_vector_env()
+    env = dataclasses.replace(eval_env(cfg.env, args.env, args.task, args.language), seed=args.seed)
+    cfg = dataclasses.replace(cfg, env=env)  # its num_envs stays the run's: the run's own settings hold with it
+    envs = dataclasses.replace(env, num_envs=args.num_envs or env.num_envs).make_vector_env()
     return make_agent(cfg, model, envs, greedy=spec.greedy), cfg, envs, progress
 
 
