@@ -17,7 +17,7 @@ evaluation ones.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +36,18 @@ class DemoFileError(GlamrlError, ValueError):
     """A demonstration file that is missing, empty, not glamrl's JSONL records, or not the data of the run resumed."""
 
 
-class RecordingAgent:
-    """Wraps an agent and keeps the (prompt, action) pairs of each env's current episode."""
+Annotate = Callable[[int, dict[str, Any]], dict[str, Any]]
+"""(env index, the batched observation the agent acts on) -> more fields for that env's record of the decision,
+read before the envs step (the env's state is the decision's)."""
 
-    def __init__(self, agent: Agent, num_envs: int, action_names: Sequence[str], nbr_obs: int, language: str) -> None:
+
+class RecordingAgent:
+    """Wraps an agent and keeps the (prompt, action) pairs of each env's current episode, with `annotate`'s fields."""
+
+    def __init__(self, agent: Agent, num_envs: int, action_names: Sequence[str], nbr_obs: int, language: str,
+                 annotate: Annotate | None = None) -> None:
         self.agent, self.action_names, self.language, self.nbr_obs = agent, list(action_names), language, nbr_obs
+        self.annotate = annotate
         self.histories = [PromptHistory(nbr_obs) for _ in range(num_envs)]
         self.current: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
         self.ended: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]  # each env's last finished episode
@@ -51,7 +58,7 @@ class RecordingAgent:
             prompt = self.histories[i].prompt(self.action_names, mission, sentences, self.language)
             name = self.action_names[int(a)]
             self.current[i].append({"prompt": prompt, "action": name, "action_index": int(a), "mission": mission,
-                                    "nbr_obs": self.nbr_obs})
+                                    "nbr_obs": self.nbr_obs, **(self.annotate(i, obs) if self.annotate else {})})
             self.histories[i].record(sentences, name)
         return decision
 
@@ -63,9 +70,11 @@ class RecordingAgent:
 
 
 def record_demos(envs: SyncVectorEnv, agent: Agent, episodes: int, seed: int, action_names: Sequence[str],
-                 nbr_obs: int = 3, language: str = "en", progress: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """`episodes` episodes of `agent` (episode k from `seed + k`) as records, and `evaluate`'s summary of them."""
-    recorder = RecordingAgent(agent, envs.num_envs, action_names, nbr_obs, language)
+                 nbr_obs: int = 3, language: str = "en", progress: bool = False,
+                 annotate: Annotate | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """`episodes` episodes of `agent` (episode k from `seed + k`) as records, and `evaluate`'s summary of them;
+    `annotate` adds fields to each record."""
+    recorder = RecordingAgent(agent, envs.num_envs, action_names, nbr_obs, language, annotate)
     records: list[dict[str, Any]] = []
 
     def keep(k: int, ep: EpisodeResult) -> None:
