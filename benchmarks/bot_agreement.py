@@ -37,7 +37,8 @@ from gymnasium.vector import SyncVectorEnv
 from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
 
 from glamrl.agents.factory import make_agent, make_model, read_run, restore_model
-from glamrl.config import AgentConfig
+from glamrl.api import Policy
+from glamrl.config import AgentConfig, TrainConfig
 from glamrl.demos import record_demos
 from glamrl.errors import GlamrlError
 
@@ -78,7 +79,7 @@ def situation(env: Any, image: np.ndarray) -> str:
     return SITUATIONS[1] if forward > 0 else SITUATIONS[2] if lateral < 0 else SITUATIONS[3]
 
 
-def bot_frames(cfg: Any, episodes: int, num_envs: int) -> list[dict[str, Any]]:
+def bot_frames(cfg: TrainConfig, episodes: int, num_envs: int) -> list[dict[str, Any]]:
     """The bot's decisions in `episodes` episodes of `cfg`'s level (its evaluation seeds, on `num_envs` envs) as
     demonstration records (`glamrl.demos`) in the prompts of `cfg`'s policy, each with its `situation`."""
     env = dataclasses.replace(cfg.env, num_envs=num_envs)
@@ -93,11 +94,10 @@ def bot_frames(cfg: Any, episodes: int, num_envs: int) -> list[dict[str, Any]]:
     return records
 
 
-def action_probs(policy: torch.nn.Module, prompts: Sequence[str], action_names: Sequence[str]) -> np.ndarray:
-    """pi(a | prompt) of each prompt over `action_names`, (len(prompts), A)."""
-    with torch.inference_mode():
-        return np.concatenate([policy(list(prompts[i:i + SCORE_BATCH]), tuple(action_names)).log_probs.float().exp()
-                               .cpu().numpy() for i in range(0, len(prompts), SCORE_BATCH)])
+def action_probs(policy: Policy, prompts: Sequence[str]) -> np.ndarray:
+    """pi(a | prompt) of each prompt over the run's actions, (len(prompts), A)."""
+    return np.concatenate([policy.scores(prompts[i:i + SCORE_BATCH]).exp().numpy()
+                           for i in range(0, len(prompts), SCORE_BATCH)])
 
 
 def agreement(situations: Sequence[str], bot_actions: np.ndarray, probs: np.ndarray) -> list[dict[str, Any]]:
@@ -120,12 +120,12 @@ def report(run: Path, episodes: int, num_envs: int | None, start: bool) -> None:
     if start:  # built as training built it before its first update (glamrl.agents.factory.restore_model)
         cfg, _ = read_run(run, kind="llm")
         torch.manual_seed(cfg.env.seed)
-        policy = make_model(cfg).eval()
+        model = make_model(cfg).eval()
     else:
-        cfg, policy, _ = restore_model(run, kind="llm")
+        cfg, model, _ = restore_model(run, kind="llm")
     records = bot_frames(cfg, episodes, num_envs or cfg.env.num_envs)
     names = list(cfg.prompt.actions)
-    probs = action_probs(policy, [r["prompt"] for r in records], names)
+    probs = action_probs(Policy(cfg, model), [r["prompt"] for r in records])
     rows = agreement([r["situation"] for r in records], np.array([r["action_index"] for r in records]), probs)
     print(f"{run}{' before training' if start else ''} on {cfg.env.id}: {len(records)} decisions of the bot in "
           f"{episodes} episodes (evaluation seeds from {cfg.env.eval_seed})")
