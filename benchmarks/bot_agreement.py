@@ -94,6 +94,19 @@ def bot_frames(cfg: TrainConfig, episodes: int, num_envs: int) -> list[dict[str,
     return records
 
 
+def add_frame_arguments(parser: argparse.ArgumentParser, episodes: int) -> None:
+    """--episodes (default `episodes`) and --num-envs: how many bot episodes `bot_frames` records, on how many envs."""
+    parser.add_argument("--episodes", type=int, default=episodes, help="bot episodes")
+    parser.add_argument("--num-envs", type=int, default=None, help="envs the bot plays on (default: the config's)")
+
+
+def check_frame_arguments(args: argparse.Namespace) -> None:
+    """Refuse an --episodes or --num-envs below 1 (a GlamrlError)."""
+    for flag, value in (("--episodes", args.episodes), ("--num-envs", args.num_envs)):
+        if value is not None and value < 1:
+            raise GlamrlError(f"{flag} {value}: give an integer >= 1")
+
+
 def action_probs(policy: Policy, prompts: Sequence[str]) -> np.ndarray:
     """pi(a | prompt) of each prompt over the run's actions, (len(prompts), A)."""
     return np.concatenate([policy.scores(prompts[i:i + SCORE_BATCH]).exp().numpy()
@@ -142,14 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     """Print the table; bad input (a GlamrlError) prints one line and exits 2."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="a trained llm run directory")
-    parser.add_argument("--episodes", type=int, default=200, help="bot episodes")
-    parser.add_argument("--num-envs", type=int, default=None, help="envs the bot plays on (default: the run's)")
+    add_frame_arguments(parser, episodes=200)
     parser.add_argument("--start", action="store_true", help="score the run's starting model, not its trained one")
     args = parser.parse_args(argv)
     try:
-        for flag, value in (("--episodes", args.episodes), ("--num-envs", args.num_envs)):
-            if value is not None and value < 1:
-                raise GlamrlError(f"{flag} {value}: give an integer >= 1")
+        check_frame_arguments(args)
         report(args.run, args.episodes, args.num_envs, args.start)
     except GlamrlError as err:
         print(f"bot_agreement: error: {err}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Where in the frozen language model is the bot's next action readable? Linear probes of the residual stream at the
 last prompt token, one per layer, on the BabyAI bot's frames of a level.
 
-    python -m benchmarks.trunk_probe                                               # goto_local_cpu.yaml's level and model
+    python -m benchmarks.trunk_probe                                 # goto_local_cpu.yaml's level and model
     python -m benchmarks.trunk_probe --config configs/goto_cpu.yaml --episodes 1000 env.id=BabyAI-GoToLocalS6N3-v0
 
 The bot plays `--episodes` episodes of the config's level (its evaluation seeds); each decision becomes the prompt
@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from benchmarks.bot_agreement import SITUATIONS, bot_frames
+from benchmarks.bot_agreement import SITUATIONS, add_frame_arguments, bot_frames, check_frame_arguments
 from glamrl.config import TrainConfig, load_train_config
 from glamrl.errors import GlamrlError
 from glamrl.llm.loading import LoadedModel, load_model
@@ -149,14 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     """Print the table; bad input (a GlamrlError) prints one line and exits 2."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="a train config: the level, the model")
-    parser.add_argument("--episodes", type=int, default=500, help="bot episodes (the last 20%% are the test)")
-    parser.add_argument("--num-envs", type=int, default=None, help="envs the bot plays on (default: the config's)")
+    add_frame_arguments(parser, episodes=500)  # the last 20% of the episodes are the test
     parser.add_argument("overrides", nargs="*", help="dotted overrides of the config, as glamrl train takes")
     args = parser.parse_args(argv)
     try:
-        for flag, value in (("--episodes", args.episodes), ("--num-envs", args.num_envs)):
-            if value is not None and value < 1:
-                raise GlamrlError(f"{flag} {value}: give an integer >= 1")
+        check_frame_arguments(args)
         report(load_train_config(args.config, args.overrides), args.episodes, args.num_envs)
     except GlamrlError as err:
         print(f"trunk_probe: error: {err}", file=sys.stderr)
