@@ -15,7 +15,7 @@ With `model.train_layers=K` the policy's value head and the action scores start 
 the frozen blocks' states. A layer where a linear read-out already gives the bot's action says the information is at
 hand at that token; a low score at every layer says the trained blocks must gather it from the prompt's other tokens
 (their attention), which is what a policy that learns a walk instead of the mission has failed to do
-(`benchmarks.bot_agreement`). The last column splits the best layer's test accuracy by where the goal is.
+(`benchmarks.bot_agreement`). The last line splits the best layer's test accuracy by where the goal is.
 """
 
 from __future__ import annotations
@@ -49,21 +49,20 @@ def last_token_states(loaded: LoadedModel, prompts: Sequence[str], compute_dtype
     float32; index 0 is the embeddings' output. A causal model's."""
     tokenizer = loaded.tokenizer
     tokenizer.padding_side = "right"
-    order = np.argsort([len(tokenizer(p)["input_ids"]) for p in prompts], kind="stable")
-    states: list[Tensor] = [torch.empty(0)] * len(prompts)
+    ids = tokenizer(list(prompts))["input_ids"]
+    order = np.argsort([len(i) for i in ids], kind="stable")
     autocast = torch.autocast(loaded.device.type, dtype=compute_dtype) if compute_dtype != torch.float32 \
         else contextlib.nullcontext()
+    batches = []
     with torch.no_grad(), autocast:
         for start in range(0, len(prompts), READ_BATCH):
             picked = order[start:start + READ_BATCH]
-            enc = tokenizer([prompts[i] for i in picked], return_tensors="pt", padding=True).to(loaded.device)
+            enc = tokenizer.pad({"input_ids": [ids[i] for i in picked]}, return_tensors="pt").to(loaded.device)
             hidden = loaded.model(**enc, output_hidden_states=True).hidden_states  # layers + 1 of (B, T, H)
             last = enc["attention_mask"].sum(1) - 1  # (B,)
             rows = torch.arange(len(picked))
-            batch = torch.stack([h[rows, last] for h in hidden], 1).float().cpu()  # (B, layers + 1, H)
-            for i, state in zip(picked, batch):
-                states[i] = state
-    return torch.stack(states)
+            batches.append(torch.stack([h[rows, last] for h in hidden], 1).float().cpu())  # (B, layers + 1, H)
+    return torch.cat(batches)[torch.from_numpy(np.argsort(order))]  # back to the prompts' order
 
 
 def fit_probe(x: Tensor, y: Tensor, weight_decay: float, classes: int) -> tuple[Tensor, Tensor]:
