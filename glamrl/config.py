@@ -306,6 +306,12 @@ class PPOConfig:
     ppo.num_steps grows past the episode length (about L / num_steps of the frames sit in such cut episodes of
     length L). Refuses ppo.value_norm, ppo.bootstrap_truncation and model.critic_reads_step, which belong to a
     critic."""
+    mirror_coef: float = 0.0
+    """weight, >= 0, of a mirror-symmetry term added to the loss (0: none, GLAM's loss): the symmetrised KL between
+    pi(. | s) and pi(. | mirror of s) with turn left and turn right swapped back, where the mirror of a prompt is
+    what the agent would read in the world reflected left to right (glamrl/envs/mirror.py). It asks the policy
+    to turn towards the side the text names, rather than to prefer one turn everywhere; it scores each
+    minibatch's mirror images too (about twice the update's work). agent.kind=llm only."""
 
     def __post_init__(self) -> None:
         _check(self.advantage in ADVANTAGES,
@@ -317,7 +323,7 @@ class PPOConfig:
         _check_range(self, "ppo", COUNT, "total_frames", "num_steps", "epochs", "minibatch_size", "grad_accum")
         _check_range(self, "ppo", POSITIVE, "lr", "adam_eps", "clip_eps", "max_grad_norm", "reward_scale")
         _check_range(self, "ppo", FRACTION, "adam_beta1", "adam_beta2", "value_norm_decay")
-        _check_range(self, "ppo", NON_NEGATIVE, "entropy_coef", "value_coef")
+        _check_range(self, "ppo", NON_NEGATIVE, "entropy_coef", "value_coef", "mirror_coef")
         _check_range(self, "ppo", UNIT, "gamma", "gae_lambda")
         _check(self.value_lr is None or self.value_lr > 0, f"ppo.value_lr must be > 0 or null, got {self.value_lr}")
         _check(self.minibatch_size % self.grad_accum == 0,
@@ -579,6 +585,9 @@ class TrainConfig:
         kind = KINDS.get(self.agent.kind)  # an unknown kind is refused by AgentConfig
         if kind is not None and "ppo" in kind.trainers:  # the rollout batch is PPO's alone
             self._check_rollout()
+        _check(self.ppo.mirror_coef == 0 or self.agent.kind == "llm",
+               f"ppo.mirror_coef={self.ppo.mirror_coef} mirrors prompts, and agent.kind={self.agent.kind!r} reads "
+               f"none: set ppo.mirror_coef=0 or agent.kind=llm")
         _check(not (self.model.critic_reads_step and self.ppo.advantage == "batch_baseline"),
                "model.critic_reads_step=true feeds the critic, and ppo.advantage=batch_baseline trains none: "
                "set one of them back (model.critic_reads_step=false or ppo.advantage=gae)")

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from glamrl.config import ModelConfig, Resolved
 from glamrl.envs.actions import ACTION_NAMES
+from glamrl.envs.mirror import mirror_prompt
 from glamrl.errors import GlamrlError
 from glamrl.llm.compiled import choose_compile, compile_blocks
 from glamrl.llm.exported import read_heads, read_manifest
@@ -54,6 +55,11 @@ class TimedPrompt(NamedTuple):
 def prompt_of(item: str | TimedPrompt) -> str:
     """The prompt a policy input holds (a prompt is its own)."""
     return item.prompt if isinstance(item, TimedPrompt) else item
+
+
+def mirror_input(item: str | TimedPrompt) -> str | TimedPrompt:
+    """A policy input of the world reflected left to right: its prompt mirrored, its step kept."""
+    return item._replace(prompt=mirror_prompt(item.prompt)) if isinstance(item, TimedPrompt) else mirror_prompt(item)
 
 
 @dataclass

@@ -22,6 +22,22 @@ class PPOLoss:
     approx_kl: torch.Tensor     # estimate of KL(old || new), (ratio - 1) - log ratio
     clipfrac: torch.Tensor      # share of samples whose ratio was clipped
     ratio_dev: torch.Tensor     # max |ratio - 1|: 0 up to rounding on the first minibatch of an update
+    mirror_kl: torch.Tensor | None = None  # symmetrised KL between pi(. | s) and the mirror's (ppo.mirror_coef)
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """A symmetry the policy is asked to respect (ppo.mirror_coef): `inputs` maps a policy input to its mirror
+    image (`glamrl.llm.policy.mirror_input`), and `actions[i]` is the index of action i's image
+    (`glamrl.envs.mirror.mirror_actions`), so that pi(a | s) should equal pi(actions[a] | inputs(s))."""
+    inputs: Callable[[Any], Any]
+    actions: Sequence[int]
+
+
+def symmetric_kl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """(KL(p || q) + KL(q || p)) / 2 = sum_a (p - q)(log p - log q) / 2, per row of two (B, A) log-distributions,
+    averaged over the rows; both sides get gradients."""
+    return ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum(dim=1).mean() / 2
 
 
 def ppo_loss(
@@ -33,9 +49,11 @@ def ppo_loss(
     advantages: torch.Tensor,     # (B,)
     returns: torch.Tensor,        # (B,) GAE targets, in the head's units now (ppo.value_norm's new statistics)
     cfg: PPOConfig,
+    mirrored_log_probs: torch.Tensor | None = None,  # (B, A) log pi(mirror(a) | mirror(s)), with ppo.mirror_coef
 ) -> PPOLoss:
     """PPO's loss on one minibatch, averaged over it (the value loss clipped as GLAM does, unless cfg.clip_value is
-    off; 0, and no gradient to the value head, with cfg.advantage=batch_baseline, which has no critic)."""
+    off; 0, and no gradient to the value head, with cfg.advantage=batch_baseline, which has no critic). Given the
+    mirror's log-probabilities, the loss adds cfg.mirror_coef x their symmetrised KL to `log_probs`."""
     new_log_probs = log_probs.gather(1, actions[:, None]).squeeze(1)  # (B,)
     log_ratio = new_log_probs - old_log_probs
     ratio = log_ratio.exp()
@@ -55,11 +73,15 @@ def ppo_loss(
 
     entropy = -(log_probs.exp() * log_probs).sum(dim=1).mean()
     loss = policy_loss - cfg.entropy_coef * entropy + cfg.value_coef * value_loss
+    mirror_kl = None
+    if mirrored_log_probs is not None:
+        mirror_kl = symmetric_kl(log_probs, mirrored_log_probs)
+        loss = loss + cfg.mirror_coef * mirror_kl
     with torch.no_grad():
         approx_kl = ((ratio - 1) - log_ratio).mean()
         clipfrac = ((ratio - 1).abs() > cfg.clip_eps).float().mean()
         ratio_dev = (ratio - 1).abs().max()
-    return PPOLoss(loss, policy_loss, value_loss, entropy, approx_kl, clipfrac, ratio_dev)
+    return PPOLoss(loss, policy_loss, value_loss, entropy, approx_kl, clipfrac, ratio_dev, mirror_kl)
 
 
 def accumulate_gradients(
@@ -68,6 +90,7 @@ def accumulate_gradients(
     mb_idx: torch.Tensor,           # (R, S) indices in `batch` of S sequences of R steps (R = 1: S frames)
     action_names: Sequence[str],
     cfg: PPOConfig,
+    mirror: Mirror | None = None,
 ) -> list[dict[str, float]]:
     """Backward the PPO loss of one minibatch in `cfg.grad_accum` chunks of whole sequences; the gradients
     equal those of the whole minibatch at once (unless the policy normalises over its batch, as batch norm
@@ -78,6 +101,9 @@ def accumulate_gradients(
     `policy(inputs, action_names, resets)`, inputs step-major (step i of every sequence, then step i + 1)
     and `resets` (R, C) where its memory restarts from zero, which carries its memory through each
     sequence from the one stored with the sequence's first input.
+
+    With a `mirror` (frames only), the chunk's mirror images are scored in the same forward pass, after the
+    chunk's own inputs, for the loss's mirror term.
     """
     advantages = batch.advantages[mb_idx]                           # (R, S)
     if cfg.norm_adv and mb_idx.numel() > 1:  # over the minibatch, not the chunk
@@ -87,11 +113,17 @@ def accumulate_gradients(
         idx = mb_idx[:, chunk]                                       # (R, C)
         flat = idx.reshape(-1)                                       # (R * C,) step-major
         inputs = [batch.inputs[i] for i in flat.tolist()]
-        out = policy(inputs, action_names) if len(idx) == 1 else policy(inputs, action_names, batch.resets[idx])
-        loss = ppo_loss(out.log_probs.float(), out.values.float(), batch.actions[flat], batch.log_probs[flat],
-                        batch.values[flat], advantages[:, chunk].reshape(-1), batch.returns[flat], cfg)
+        C, mirrored = len(inputs), None
+        if mirror is not None:
+            out = policy(inputs + [mirror.inputs(x) for x in inputs], action_names)   # (2 * C, A)
+            mirrored = out.log_probs[C:, mirror.actions].float()                        # (C, A) in s's action order
+        else:
+            out = policy(inputs, action_names) if len(idx) == 1 else policy(inputs, action_names, batch.resets[idx])
+        loss = ppo_loss(out.log_probs[:C].float(), out.values[:C].float(), batch.actions[flat],
+                        batch.log_probs[flat], batch.values[flat], advantages[:, chunk].reshape(-1),
+                        batch.returns[flat], cfg, mirrored)
         if not torch.isfinite(loss.loss):
             raise FloatingPointError("non-finite PPO loss")
         (loss.loss * idx.numel() / mb_idx.numel()).backward()
-        stats.append({name: term.item() for name, term in vars(loss).items()})
+        stats.append({name: term.item() for name, term in vars(loss).items() if term is not None})
     return stats

@@ -70,6 +70,9 @@ LOG_METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("grad_norm", "losses", "gradient norm", "norm of the gradients before clipping"),
     Metric("approx_kl", "losses", "approximate KL", "PPO: estimate of KL(old policy || new), (ratio - 1) - log ratio"),
     Metric("clipfrac", "losses", "clipped fraction", "PPO: share of samples whose probability ratio was clipped"),
+    Metric("mirror_kl", "losses", "mirror KL", "PPO with `ppo.mirror_coef` > 0: symmetrised KL between the policy "
+                                               "on a prompt and on its mirror image, turn left and turn right "
+                                               "swapped back (0: the policy is mirror-symmetric)"),
     Metric("explained_variance", "losses", "explained variance", "PPO: how much of the returns' variance the "
                                                                  "values explain (1: all, 0: none; nan with "
                                                                  "`ppo.advantage=batch_baseline`)"),

@@ -22,13 +22,14 @@ from tqdm import tqdm
 from glamrl.agents.base import ActorCriticNetwork
 from glamrl.agents.factory import make_agent, make_model
 from glamrl.config import PPOConfig, TrainConfig
+from glamrl.envs.mirror import mirror_actions
 from glamrl.errors import GlamrlError
 from glamrl.eval.probes import read_run_probes, start_probe_log
-from glamrl.llm.policy import LLMPolicy, TimedPrompt
+from glamrl.llm.policy import LLMPolicy, TimedPrompt, mirror_input
 from glamrl.parallel import distributed, sharding
 from glamrl.rl.buffer import Batch, RolloutBuffer
 from glamrl.rl.gae import compute_gae, discounted_returns
-from glamrl.rl.ppo import accumulate_gradients
+from glamrl.rl.ppo import Mirror, accumulate_gradients
 from glamrl.rl.value_norm import NoValueNorm, ValueNormalizer, make_value_normalizer
 from glamrl.rollout import step
 from glamrl.run.checkpoint import Progress
@@ -66,6 +67,7 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
                                  fused=not sharding.is_sharded(policy))
     value_norm = make_value_normalizer(p)  # the identity unless ppo.value_norm
     agent = make_agent(cfg, policy, envs)
+    mirror = Mirror(mirror_input, mirror_actions(agent.action_names)) if p.mirror_coef > 0 else None
     probe_set = read_run_probes(cfg)
 
     # ---- resume (weights, optimizer, RNGs, value statistics) and start every rank from the same weights; then
@@ -137,7 +139,7 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
             for mb_idx in buffer.minibatches(R, p.minibatch_size):                     # (R, S)
                 optimizer.zero_grad(set_to_none=True)
                 try:
-                    stats += accumulate_gradients(policy, b_device, mb_idx, agent.action_names, p)
+                    stats += accumulate_gradients(policy, b_device, mb_idx, agent.action_names, p, mirror)
                 except FloatingPointError:
                     raise TrainingDiverged(
                         f"non-finite PPO loss at update {update + 1}, epoch {epoch + 1}; "
