@@ -1,6 +1,7 @@
 """The left-right mirror (glamrl/envs/mirror.py) against its definition, the description of the flipped view, and
 the PPO mirror term (ppo.mirror_coef) against a slow reference: two separate forwards."""
 
+import contextlib
 import doctest
 
 import gymnasium as gym
@@ -210,3 +211,30 @@ def test_the_mirror_term_is_refused_where_the_agent_reads_no_prompt():
         load_train_config(None, ["agent.kind=symbolic", "ppo.mirror_coef=0.5"])
     with pytest.raises(GlamrlError, match="mirror_coef"):
         load_train_config(None, ["ppo.mirror_coef=-1"])
+
+
+def _update_misses(keep: bool) -> tuple[int, list[int]]:
+    """How many mirror images of 6 collected prompts are new, and the frozen trunk's misses over two PPO epochs
+    with the mirror term, inside `keeping()` or not (tiny-llama with its top block trained)."""
+    prompts = _episode_prompts(6)
+    torch.manual_seed(0)
+    policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu", compute_dtype="float32", train_layers=1))
+    with torch.inference_mode(), policy.collecting():
+        policy(prompts, ACTION_NAMES)
+    batch = Batch(prompts, torch.zeros(6, dtype=torch.long), torch.full((6,), -1.8), torch.zeros(6),
+                  torch.ones(6), torch.zeros(6), torch.zeros(6, dtype=torch.bool))
+    cfg, images = PPOConfig(minibatch_size=6, mirror_coef=1.0), Mirror(mirror_input, [1, 0, 2, 3, 4, 5])
+    misses = [policy.trunk.misses]
+    with policy.keeping() if keep else contextlib.nullcontext():
+        for epoch in range(2):
+            accumulate_gradients(policy, batch, torch.arange(6)[None], ACTION_NAMES, cfg, images)
+            misses.append(policy.trunk.misses - misses[0])
+    return len({mirror_prompt(x) for x in prompts} - set(prompts)), misses[1:]
+
+
+def test_the_mirror_images_frozen_trunk_is_computed_once_per_update():
+    """With model.train_layers the collected prompts' lower blocks are cached; inside `keeping()` (PPO's epochs
+    with the mirror term) the mirror images' are too, so the second epoch computes none of them again."""
+    new_images, kept = _update_misses(keep=True)
+    assert new_images > 0 and kept == [new_images, new_images]
+    assert _update_misses(keep=False)[1] == [new_images, 2 * new_images]  # without: every epoch again

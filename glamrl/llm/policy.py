@@ -186,6 +186,16 @@ class LLMPolicy(nn.Module):
             yield
         self._collected = (self.trunk.hits - hits, self.trunk.misses - misses)
 
+    @contextmanager
+    def keeping(self) -> Iterator[None]:
+        """With `train_layers`, keep the frozen trunk's output of the prompts scored inside this block too, as
+        collection does (the PPO mirror term's images: computed at the first epoch, read back at the others)."""
+        if self.trunk is None:
+            yield
+            return
+        with self.trunk.record():
+            yield
+
     def collection_metrics(self) -> dict[str, float]:
         """With `train_layers`, the last collection's frozen-trunk figures for the log: `trunk_hit_rate`, the share of
         its prompts whose lower blocks' output came from the cache, and `trunk_cache_mb`, the cache's size after it;

@@ -9,6 +9,7 @@ The run's skeleton (open, restore, record the config, log, checkpoint, evaluate)
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
@@ -134,18 +135,20 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
 
         # ---- 4. optimise the policy and value over epochs of minibatches of whole sequences: R consecutive
         # steps of one env, replayed from the memory stored at their first step (R = 1: single frames)
+        # (ppo.mirror_coef: the mirror images' frozen-trunk outputs are kept as the rollout's are)
         stats: list[dict[str, float]] = []  # one entry per forward/backward chunk
-        for epoch in range(p.epochs):
-            for mb_idx in buffer.minibatches(R, p.minibatch_size):                     # (R, S)
-                optimizer.zero_grad(set_to_none=True)
-                try:
-                    stats += accumulate_gradients(policy, b_device, mb_idx, agent.action_names, p, mirror)
-                except FloatingPointError:
-                    raise TrainingDiverged(
-                        f"non-finite PPO loss at update {update + 1}, epoch {epoch + 1}; "
-                        f"the last good checkpoint is in {session.run.checkpoints} (try a lower ppo.lr)") from None
-                stats[-1]["grad_norm"] = sharding.average_and_clip_gradients(policy, params, p.max_grad_norm)
-                optimizer.step()
+        with policy.keeping() if mirror is not None else contextlib.nullcontext():
+            for epoch in range(p.epochs):
+                for mb_idx in buffer.minibatches(R, p.minibatch_size):                 # (R, S)
+                    optimizer.zero_grad(set_to_none=True)
+                    try:
+                        stats += accumulate_gradients(policy, b_device, mb_idx, agent.action_names, p, mirror)
+                    except FloatingPointError:
+                        raise TrainingDiverged(
+                            f"non-finite PPO loss at update {update + 1}, epoch {epoch + 1}; the last good "
+                            f"checkpoint is in {session.run.checkpoints} (try a lower ppo.lr)") from None
+                    stats[-1]["grad_norm"] = sharding.average_and_clip_gradients(policy, params, p.max_grad_norm)
+                    optimizer.step()
         optimizer.zero_grad(set_to_none=True)  # no gradients held while the next rollout is collected
         if diverged(policy, b_device, agent.action_names, params):  # before it is logged or saved
             raise TrainingDiverged(
