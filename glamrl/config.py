@@ -583,11 +583,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         kind = KINDS.get(self.agent.kind)  # an unknown kind is refused by AgentConfig
-        if kind is not None and "ppo" in kind.trainers:  # the rollout batch is PPO's alone
+        if kind is not None and "ppo" in kind.trainers:  # the rollout batch and its loss are PPO's alone
             self._check_rollout()
-        _check(self.ppo.mirror_coef == 0 or self.agent.kind == "llm",
-               f"ppo.mirror_coef={self.ppo.mirror_coef} mirrors prompts, and agent.kind={self.agent.kind!r} reads "
-               f"none: set ppo.mirror_coef=0 or agent.kind=llm")
+            _check(self.ppo.mirror_coef == 0 or self.agent.kind == "llm",
+                   f"ppo.mirror_coef={self.ppo.mirror_coef} mirrors prompts, and agent.kind={self.agent.kind!r} "
+                   f"reads none: set ppo.mirror_coef=0 or agent.kind=llm")
         _check(not (self.model.critic_reads_step and self.ppo.advantage == "batch_baseline"),
                "model.critic_reads_step=true feeds the critic, and ppo.advantage=batch_baseline trains none: "
                "set one of them back (model.critic_reads_step=false or ppo.advantage=gae)")

@@ -211,6 +211,8 @@ def test_the_mirror_term_is_refused_where_the_agent_reads_no_prompt():
         load_train_config(None, ["agent.kind=symbolic", "ppo.mirror_coef=0.5"])
     with pytest.raises(GlamrlError, match="mirror_coef"):
         load_train_config(None, ["ppo.mirror_coef=-1"])
+    # a mirror run's config read by an agent PPO does not train (the bot replaying its frames, random)
+    assert load_train_config(None, ["agent.kind=bot", "ppo.mirror_coef=0.5"]).ppo.mirror_coef == 0.5
 
 
 def _update_misses(keep: bool) -> tuple[int, list[int]]:
