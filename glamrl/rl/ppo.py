@@ -53,7 +53,7 @@ def ppo_loss(
 ) -> PPOLoss:
     """PPO's loss on one minibatch, averaged over it (the value loss clipped as GLAM does, unless cfg.clip_value is
     off; 0, and no gradient to the value head, with cfg.advantage=batch_baseline, which has no critic). Given the
-    mirror's log-probabilities, the loss adds cfg.mirror_coef x their symmetrised KL to `log_probs`."""
+    mirror's log-probabilities, the loss adds cfg.mirror_coef x their symmetrised KL with `log_probs`."""
     new_log_probs = log_probs.gather(1, actions[:, None]).squeeze(1)  # (B,)
     log_ratio = new_log_probs - old_log_probs
     ratio = log_ratio.exp()
