@@ -18,11 +18,11 @@ FRAMES = 32
 
 def shrunk_overrides(config: str, overrides: list[str], clone: bool = False) -> list[str]:
     """The run's own overrides, then what makes it tiny: 2 envs, a 2-block random model, 16-frame updates (a
-    clone: batches of 4 records)."""
+    clone: one epoch in batches of 4 records)."""
     cfg = load_train_config(config, overrides)
     tiny = ["env.num_envs=2", "run.eval_episodes=0", "run.tensorboard=false"]
     if clone:
-        tiny += ["bc.batch_size=4"]
+        tiny += ["bc.batch_size=4", "bc.epochs=1"]
     elif cfg.agent.kind == "drrn":
         tiny += ["drrn.learning_starts=4", "drrn.batch_size=4", "drrn.log_every=8"]
     else:
