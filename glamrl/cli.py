@@ -61,6 +61,17 @@ def int_at_least(minimum: int):
 positive_int, non_negative_int = int_at_least(1), int_at_least(0)
 
 
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
 def name_list(text: str) -> tuple[str, ...]:
     """An argparse type: comma-separated names, none of them empty."""
     names = tuple(name.strip() for name in text.split(","))
@@ -121,10 +132,13 @@ def agent_spec(args: argparse.Namespace, default_kind: str | None = None) -> Age
     if args.run is not None:
         refuse(args, ("model", "dtype"), f"with --run: the run's model is the one in {args.run}")
     elif kind is not None and not agent_kind(kind).trains:
-        refuse(args, ("model", "dtype", "device", "greedy"),
+        refuse(args, ("model", "dtype", "device", "greedy", "temperature"),
                f"to --agent {kind}, which has no network: only to {', '.join(kinds_where(lambda k: k.zero_shot))} "
                f"agents")
-    given = {key: getattr(args, key) for key in ("model", "dtype", "device") if getattr(args, key) is not None}
+    if args.greedy:
+        refuse(args, ("temperature",), "with --greedy, which takes the most likely action")
+    given = {key: getattr(args, key) for key in ("model", "dtype", "device", "temperature")
+             if getattr(args, key) is not None}
     return AgentSpec(kind=kind, run=args.run, greedy=args.greedy, **given)
 
 
@@ -140,6 +154,9 @@ def add_agent_args(parser: argparse.ArgumentParser) -> None:
                         help=f"a fresh llm agent's weights (default {ModelConfig.dtype})")
     parser.add_argument("--device", default=None, help="llm: cpu, cuda, cuda:N, auto (default: the run's, else auto)")
     parser.add_argument("--greedy", action="store_true", help="llm agent: argmax instead of sampling")
+    parser.add_argument("--temperature", type=positive_float, default=None,
+                        help="llm and symbolic agents: sample from softmax(log pi / T), sharper below 1 (default 1: "
+                             "the policy as trained)")
 
 
 def add_command(sub: argparse._SubParsersAction, name: str, command: Callable[[argparse.Namespace], None],
@@ -268,7 +285,8 @@ def cmd_play(args: argparse.Namespace) -> None:
         test = SuiteTest("play", "one episode", language=env.language)
     elif skipped := applicable([test], env)[1]:
         raise FlagError(f"--test {test.name} cannot apply: {skipped[test.name]}")
-    moments, names = play_episode(test, builder(cfg, model, spec.greedy), env.eval_seed, args.max_frames, env)
+    moments, names = play_episode(test, builder(cfg, model, spec.greedy, spec.temperature), env.eval_seed,
+                                  args.max_frames, env)
     level = test.env_config(env).id
     where = level if args.test is None else f"{test.name}, {level}"
     images = draw_frames(moments, names, f"{label} | {where} seed {args.seed}")
@@ -339,7 +357,7 @@ def eval_agent(args: argparse.Namespace,
     env = dataclasses.replace(eval_env(cfg.env, args.env, args.task, args.language), seed=args.seed)
     cfg = dataclasses.replace(cfg, env=env)  # its num_envs stays the run's: the run's own settings hold with it
     envs = dataclasses.replace(env, num_envs=args.num_envs or env.num_envs).make_vector_env()
-    return make_agent(cfg, model, envs, greedy=spec.greedy), cfg, envs, progress
+    return make_agent(cfg, model, envs, greedy=spec.greedy, temperature=spec.temperature), cfg, envs, progress
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
@@ -350,6 +368,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     import dataclasses
 
     from glamrl.eval.provenance import provenance
+    from glamrl.eval.results import describe_drawing
     from glamrl.files import write_text
     from glamrl.rollout import evaluate, format_table
 
@@ -363,8 +382,11 @@ def cmd_eval(args: argparse.Namespace) -> None:
                "faithful": env.faithful, "language": env.language, "seed": args.seed, "seeding": env.seeding,
                "eval_seed": seed, "num_envs": envs.num_envs, **summary,
                "provenance": provenance(cfg, run_dir=args.run, progress=progress, greedy=args.greedy,
-                                        num_envs=envs.num_envs, first_seed=seed, episodes=args.episodes)}
-    print(f"{summary['agent']} on {env.id} ({args.episodes} episodes from seed {seed})")
+                                        temperature=args.temperature or 1.0, num_envs=envs.num_envs,
+                                        first_seed=seed, episodes=args.episodes)}
+    drawn = args.greedy or args.temperature is not None  # said where not the default sampling
+    drawing = f", {describe_drawing(args.greedy, args.temperature or 1.0)}" if drawn else ""
+    print(f"{summary['agent']} on {env.id} ({args.episodes} episodes from seed {seed}{drawing})")
     print(format_table(summary))
     if args.out:
         write_text(args.out, json.dumps(summary, indent=2))
@@ -402,9 +424,10 @@ def cmd_suite(args: argparse.Namespace) -> None:
     cfg, model, label, progress = load_eval_model(spec, args.seed)
     env = seeded_env(eval_env(cfg.env, args.env), args)
     tests, skipped = applicable(tests, env)
-    build, seed, num_envs = builder(cfg, model, spec.greedy), env.eval_seed, args.num_envs or env.num_envs
+    build = builder(cfg, model, spec.greedy, spec.temperature)
+    seed, num_envs = env.eval_seed, args.num_envs or env.num_envs
     origin = provenance(dataclasses.replace(cfg, env=env), run_dir=args.run, progress=progress, greedy=args.greedy,
-                        num_envs=num_envs, first_seed=seed, episodes=args.episodes)
+                        temperature=spec.temperature, num_envs=num_envs, first_seed=seed, episodes=args.episodes)
     record = {"suite": suite, "agent": label, "seed": args.seed, "seeding": env.seeding, "eval_seed": seed,
               "episodes_per_test": args.episodes, "num_envs": num_envs, "skipped": skipped, "provenance": origin}
     names = {test.name for test in tests}

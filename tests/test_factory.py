@@ -68,6 +68,8 @@ def test_eval_run_of_another_kind_and_unknown_kinds_give_one_line(tmp_path, caps
         (["eval", "--agent", "llm", "--run", str(run)], "is a run of agent kind 'drrn', not 'llm'"),
         (["eval", "--run", str(tmp_path)], "is not a glamrl run directory"),
         (["eval", "--agent", "drrn"], "give --run with a trained drrn run"),
+        (["eval", "--run", str(run), "--temperature", "0.5"],
+         "a temperature applies to agents that sample from a policy (llm, symbolic), not to drrn"),
         (["train", "--config", "configs/npae.yaml", "agent.kind=wizard"], "agent.kind must be one of"),
     ]:
         assert main(args) == 2  # the CLI's own entry point, in process

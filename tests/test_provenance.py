@@ -60,7 +60,7 @@ def test_a_training_run_saves_its_evaluations_with_their_provenance(run):
         assert record["checkpoint"] == checkpoint
         assert (record["run_dir"], record["model"], record["agent"]) == (str(run.resolve()), "tiny-llama", "llm")
         assert record["episode_seeds"] == {"first": eval_seed(5, "spread"), "count": 2}
-        assert (record["level"], record["num_envs"], record["greedy"]) == (LEVEL, 2, False)
+        assert (record["level"], record["num_envs"], record["greedy"], record["temperature"]) == (LEVEL, 2, False, 1.0)
         check_common(record)
 
 
@@ -72,6 +72,16 @@ def test_eval_of_a_run_records_its_checkpoint(run, tmp_path):
     assert record["checkpoint"] == {"update": 2, "frames": 16}
     assert (record["run_dir"], record["model"], record["greedy"]) == (str(run.resolve()), "tiny-llama", True)
     assert record["episode_seeds"] == {"first": eval_seed(7, "spread"), "count": 2}
+
+
+def test_eval_at_a_temperature_records_it(run, tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--run", str(run), "--episodes", "2", "--num-envs", "2", "--temperature", "0.5",
+                 "--device", "cpu", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"(2 episodes from seed {eval_seed(1, 'spread')}, sampled at temperature 0.5)" in printed
+    record = json.loads(out.read_text())["provenance"]
+    assert (record["greedy"], record["temperature"]) == (False, 0.5)
 
 
 def test_eval_and_suite_of_a_fresh_agent_record_level_seeds_and_version(tmp_path):

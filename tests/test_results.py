@@ -114,12 +114,13 @@ def test_suite_json_holds_per_episode_outcomes_that_results_bootstraps(tmp_path)
     assert "| test | bot (1 seed: interval over episodes) |" in (tmp_path / "t" / "results.md").read_text()
 
 
-def origin(seed=1, level="BabyAI-GoToObjS4-v0", agent="random", model=None, run_dir=None):
-    """A provenance record as `glamrl eval --suite` writes it (`glamrl.eval.provenance`)."""
+def origin(seed=1, level="BabyAI-GoToObjS4-v0", agent="random", model=None, run_dir=None, **drawing):
+    """A provenance record as `glamrl eval --suite` writes it (`glamrl.eval.provenance`); without a `temperature`
+    in `drawing`, as files written before glamrl recorded one."""
     return {"run_dir": run_dir, "model": model, "checkpoint": None, "greedy": False, "num_envs": 2,
             "episode_seeds": {"first": 1000000 + seed, "count": 10},
             "level": {"id": level, "task": None, "language": "en", "max_steps": None, "faithful": False},
-            "agent": agent, "glamrl_version": "0.1.0", "git_commit": None}
+            "agent": agent, "glamrl_version": "0.1.0", "git_commit": None, **drawing}
 
 
 def keyed_suite(path, label, seed, success, **provenance):
@@ -129,8 +130,8 @@ def keyed_suite(path, label, seed, success, **provenance):
 
 
 def test_results_pool_seeds_of_one_level_agent_and_model(tmp_path):
-    keyed_suite(tmp_path / "r1.json", "random", 1, 0.2)
-    keyed_suite(tmp_path / "r2.json", "random", 2, 0.4)
+    keyed_suite(tmp_path / "r1.json", "random", 1, 0.2)  # no temperature recorded: sampled at 1, as r2
+    keyed_suite(tmp_path / "r2.json", "random", 2, 0.4, temperature=1.0)
     assert main(["results", str(tmp_path), "--out", str(tmp_path / "t")]) == 0
     md = (tmp_path / "t" / "results.md").read_text()
     assert "| test | random (2 seeds) |" in md and "Warning: without provenance" not in md
@@ -141,6 +142,8 @@ def test_results_pool_seeds_of_one_level_agent_and_model(tmp_path):
     ({"seed": 2, "level": "BabyAI-TurnToObject-v0"}, "level differs"),
     ({"seed": 2, "agent": "bot"}, "agent differs"),
     ({"seed": 2, "model": "other-model"}, "model differs"),
+    ({"seed": 2, "greedy": True}, "draw actions differently (sampled, greedy)"),
+    ({"seed": 2, "temperature": 0.5}, "draw actions differently (sampled, sampled at temperature 0.5)"),
 ])
 def test_results_refuse_seeds_that_differ_or_repeat(tmp_path, capsys, second, message):
     keyed_suite(tmp_path / "a.json", "random", 1, 0.2)

@@ -18,12 +18,22 @@ class Decision:
     """What an agent chose for a batch of N environments."""
 
     actions: np.ndarray                    # (N,) int64, minigrid action indices 0..5
-    probs: np.ndarray                      # (N, A) float, the distribution each action was drawn from
+    probs: np.ndarray                      # (N, A) float, the policy's distribution (actions are drawn from it,
+                                           # or from its argmax or its tempered form: `draw_actions`)
     log_probs: torch.Tensor | None = None  # (N,) log pi(action | observation), learning agents only
     values: torch.Tensor | None = None     # (N,) value estimates, learning agents only
     inputs: list[Any] | None = None        # (N,) what the policy read, kept to re-score or replay it: prompt
                                            # strings (llm; TimedPrompts with model.critic_reads_step), encoded
                                            # texts (drrn), (image, mission, memory) items (symbolic)
+
+
+def draw_actions(log_probs: Tensor, greedy: bool = False, temperature: float = 1.0) -> Tensor:
+    """One action per row of `log_probs` (N, A): the argmax when `greedy`, else a draw from softmax(log_probs /
+    temperature), the policy itself at temperature 1 and sharper below it. Returns (N,) int64."""
+    if greedy:
+        return log_probs.argmax(dim=1)
+    probs = log_probs.exp() if temperature == 1.0 else torch.softmax(log_probs / temperature, dim=1)
+    return torch.multinomial(probs, 1).squeeze(1)
 
 
 class Agent(Protocol):

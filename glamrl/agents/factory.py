@@ -21,7 +21,7 @@ from gymnasium.vector import SyncVectorEnv
 from torch import nn
 
 from glamrl.agents.base import Agent
-from glamrl.agents.registry import AgentKindError, AgentRequest, agent_kind
+from glamrl.agents.registry import AgentKindError, AgentRequest, agent_kind, kinds_where
 from glamrl.config import TrainConfig
 from glamrl.errors import GlamrlError
 from glamrl.run.checkpoint import Checkpoint, CheckpointError, restoring
@@ -86,15 +86,23 @@ def make_model(cfg: TrainConfig, load_init: bool = True) -> nn.Module | None:
 
 
 def make_agent(cfg: TrainConfig, model: nn.Module | None, envs: SyncVectorEnv, greedy: bool = False,
-               action_names: Sequence[str] | None = None, goal_header: str | None = None) -> Agent:
-    """The agent of `cfg.agent.kind` acting in `envs` with `model` (from `make_model`); `greedy`: argmax actions.
+               action_names: Sequence[str] | None = None, goal_header: str | None = None,
+               temperature: float = 1.0) -> Agent:
+    """The agent of `cfg.agent.kind` acting in `envs` with `model` (from `make_model`); `greedy`: argmax actions;
+    `temperature`: sampling from the policy sharpened (below 1) or flattened, for the kinds that draw from one
+    (`AgentKind.tempers`; another kind is an `AgentKindError`).
 
     Agents that read text (llm, drrn) list `action_names` in their prompts and score or encode
     exactly those names (default `cfg.prompt.actions`); `goal_header` replaces the prompt's
     "Goal of the agent" before its colon (None keeps it). The suite's tests change both.
     """
     names = tuple(cfg.prompt.actions if action_names is None else action_names)
-    return agent_kind(cfg.agent.kind).build_agent(AgentRequest(cfg, model, envs, names, greedy, goal_header))
+    kind = agent_kind(cfg.agent.kind)
+    if temperature != 1.0 and not kind.tempers:
+        raise AgentKindError(f"a temperature applies to agents that sample from a policy "
+                             f"({', '.join(kinds_where(lambda k: k.tempers))}), not to {kind.name}")
+    return kind.build_agent(AgentRequest(cfg, model, envs, names, greedy=greedy, temperature=temperature,
+                                           goal_header=goal_header))
 
 
 def restore_agent(run_dir: Path, envs: SyncVectorEnv, language: str | None = None, greedy: bool = False,

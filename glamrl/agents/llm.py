@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from glamrl.agents.base import Decision
+from glamrl.agents.base import Decision, draw_actions
 from glamrl.agents.registry import AgentRequest
 from glamrl.config import TrainConfig
 from glamrl.llm.policy import LLMPolicy, TimedPrompt
@@ -32,12 +32,14 @@ class LLMAgent:
         language: str = "en",
         greedy: bool = False,
         goal_header: str | None = None,
+        temperature: float = 1.0,
     ) -> None:
         self.policy = policy
         self.goal_header = goal_header  # None: the language's "Goal of the agent"
         self.action_names = tuple(action_names)
         self.language = language
         self.greedy = greedy
+        self.temperature = temperature  # sampling only; the recorded probabilities and log-probs stay the policy's
         self.histories = [PromptHistory(nbr_obs) for _ in range(num_envs)]
 
     def prompts(self, obs: dict[str, Any], envs: Sequence[int]) -> list[str]:
@@ -60,10 +62,7 @@ class LLMAgent:
         inputs = self.inputs(obs, range(len(self.histories)))
         out = self.policy(inputs, self.action_names)
         log_probs = out.log_probs.float()                                  # (N, A)
-        if self.greedy:
-            actions = log_probs.argmax(dim=1)                              # (N,)
-        else:
-            actions = torch.multinomial(log_probs.exp(), 1).squeeze(1)     # (N,)
+        actions = draw_actions(log_probs, self.greedy, self.temperature)  # (N,)
         chosen = log_probs.gather(1, actions[:, None]).squeeze(1)         # (N,)
         # the step's one host-device synchronisation: actions, log-probs and values come back together
         actions, probs, chosen, values = to_host(actions, log_probs.exp(), chosen, out.values.float())
@@ -90,4 +89,4 @@ def build_model(cfg: TrainConfig) -> LLMPolicy:
 def build_agent(r: AgentRequest) -> LLMAgent:
     """agent.kind=llm's agent (the registry's entry point)."""
     return LLMAgent(r.model, r.envs.num_envs, r.action_names, r.cfg.prompt.nbr_obs, r.cfg.env.language, r.greedy,
-                    r.goal_header)
+                    r.goal_header, r.temperature)

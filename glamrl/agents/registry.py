@@ -46,6 +46,9 @@ class AgentRequest:
     """the names of actions 0..5 the agent lists and scores (text agents) or carries as labels."""
     greedy: bool = False
     """argmax actions instead of sampling."""
+    temperature: float = 1.0
+    """sample from the policy's probabilities raised to 1/temperature and renormalised (below 1: sharper); only
+    the kinds that `AgentKind.tempers` are built with another value than 1."""
     goal_header: str | None = None
     """replaces the prompt's "Goal of the agent" (text agents); None keeps it."""
 
@@ -143,6 +146,9 @@ class AgentKind:
     """the config section its network reads (model, drrn, symbolic); None: none of its own."""
     zero_shot: bool = False
     """whether its fresh, untrained agent is worth running too (llm: a pretrained model), with --agent KIND."""
+    tempers: bool = False
+    """whether its agent draws actions from a policy's probabilities, which `AgentRequest.temperature` sharpens
+    or flattens (llm, symbolic); DRRN explores by its own drrn.* settings."""
 
     def __post_init__(self) -> None:
         if (self.model is None) != (not self.trainers):
@@ -227,10 +233,10 @@ register_trainer(Trainer("drrn", row="log row", sections=("drrn",),
 register_trainer(Trainer("bc", row="log row", sections=("bc",), run_fields=("max_minutes",)))
 
 register(AgentKind("llm", agent="glamrl.agents.llm:build_agent", model="glamrl.agents.llm:build_model",
-                   trainers=("ppo", "bc"), section="model", zero_shot=True))
+                   trainers=("ppo", "bc"), section="model", zero_shot=True, tempers=True))
 register(AgentKind("drrn", agent="glamrl.agents.drrn:build_agent", model="glamrl.agents.drrn:build_model",
                    trainers=("drrn",), section="drrn"))
 register(AgentKind("symbolic", agent="glamrl.agents.symbolic:build_agent",
-                   model="glamrl.agents.symbolic:build_model", trainers=("ppo",), section="symbolic"))
+                   model="glamrl.agents.symbolic:build_model", trainers=("ppo",), section="symbolic", tempers=True))
 register(AgentKind("random", agent="glamrl.agents.random:build_agent"))
 register(AgentKind("bot", agent="glamrl.agents.bot:build_agent"))

@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from glamrl.agents.base import Decision, WholeNetwork
+from glamrl.agents.base import Decision, WholeNetwork, draw_actions
 from glamrl.agents.registry import AgentRequest
 from glamrl.config import SymbolicConfig, TrainConfig
 from glamrl.envs.actions import ACTION_NAMES
@@ -249,9 +249,10 @@ class SymbolicAgent:
     """Acts in N envs from the symbolic view; keeps each env's LSTM memory (if any) over its episode."""
 
     def __init__(self, model: ACModel, num_envs: int, action_names: Sequence[str] = ACTION_NAMES,
-                 greedy: bool = False) -> None:
+                 greedy: bool = False, temperature: float = 1.0) -> None:
         self.model = model
         self.greedy = greedy
+        self.temperature = temperature  # sampling only (`AgentRequest.temperature`)
         self.action_names = tuple(action_names)  # labels only: the symbolic agent reads no text
         self.memory = torch.zeros(num_envs, model.memory_size)            # (N, memory_size)
 
@@ -268,7 +269,7 @@ class SymbolicAgent:
         with self.model.acting(whole_batch=True):
             logits, values, self.memory = self.model.step(images, missions, memory)
         log_probs = F.log_softmax(logits, dim=-1)                                        # (N, A)
-        actions = log_probs.argmax(1) if self.greedy else torch.multinomial(log_probs.exp(), 1).squeeze(1)
+        actions = draw_actions(log_probs, self.greedy, self.temperature)                 # (N,)
         chosen = log_probs.gather(1, actions[:, None]).squeeze(1)                       # (N,)
         return Decision(actions.numpy(), log_probs.exp().numpy(), chosen, values, items)
 
@@ -289,4 +290,4 @@ def build_model(cfg: TrainConfig) -> ACModel:
 
 def build_agent(r: AgentRequest) -> SymbolicAgent:
     """agent.kind=symbolic's agent (the registry's entry point)."""
-    return SymbolicAgent(r.model, r.envs.num_envs, r.action_names, r.greedy)
+    return SymbolicAgent(r.model, r.envs.num_envs, r.action_names, r.greedy, r.temperature)

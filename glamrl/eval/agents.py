@@ -47,6 +47,8 @@ class AgentSpec:
     """llm: cpu, cuda, cuda:N or auto; None: a run's own model.device, auto for a fresh model."""
     greedy: bool = False
     """argmax actions instead of sampling."""
+    temperature: float = 1.0
+    """sample from the policy's probabilities at this temperature (`AgentRequest.temperature`)."""
 
 
 def load_eval_model(spec: AgentSpec, seed: int = 1,
@@ -101,14 +103,15 @@ def eval_env(trained: EnvConfig, level: str | None = None, task: str | None = No
     return dataclasses.replace(env, task=env.task if task is None else task, language=language or env.language)
 
 
-def builder(cfg: TrainConfig, model: nn.Module | None, greedy: bool = False) -> AgentBuilder:
+def builder(cfg: TrainConfig, model: nn.Module | None, greedy: bool = False,
+            temperature: float = 1.0) -> AgentBuilder:
     """Builds the agent of `cfg` (from `load_eval_model`) for one suite test's envs."""
 
     def build(envs: SyncVectorEnv, test: SuiteTest) -> Agent:
         """The agent reading the test's language, words, action names and goal header (text agents)."""
         return make_agent(dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, language=test.language)),
                           model, envs, greedy, action_names=test.action_names(cfg.prompt.actions),
-                          goal_header=test.goal_header)
+                          goal_header=test.goal_header, temperature=temperature)
 
     return build
 
@@ -116,7 +119,7 @@ def builder(cfg: TrainConfig, model: nn.Module | None, greedy: bool = False) -> 
 def agent_builder(spec: AgentSpec, seed: int = 1) -> tuple[str, AgentBuilder]:
     """(label, builder of the agent for one suite test's envs) for the agent `spec` names."""
     cfg, model, label, _ = load_eval_model(spec, seed)
-    return label, builder(cfg, model, spec.greedy)
+    return label, builder(cfg, model, spec.greedy, spec.temperature)
 
 
 def run_label(run_dir: Path) -> str:

@@ -2,7 +2,7 @@
 evaluations (`eval_before.json`, `eval_after.json`) write under `provenance`.
 
     {"run_dir": ..., "model": ..., "checkpoint": {"update": ..., "frames": ...}, "greedy": ...,
-     "num_envs": ..., "episode_seeds": {"first": ..., "count": ...},
+     "temperature": ..., "num_envs": ..., "episode_seeds": {"first": ..., "count": ...},
      "level": {"id": ..., "task": ..., "language": ..., "max_steps": ..., "faithful": ...},
      "agent": ..., "glamrl_version": ..., "git_commit": ...,
      "machine": {"cpu": ..., "cpu_flags": [...], "cpus": ..., "torch": ...}}
@@ -34,14 +34,16 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def provenance(cfg: TrainConfig, *, run_dir: Path | None, progress: Progress | None, greedy: bool, num_envs: int,
-               first_seed: int, episodes: int) -> dict[str, Any]:
+               first_seed: int, episodes: int, temperature: float = 1.0) -> dict[str, Any]:
     """The provenance record of `episodes` evaluation episodes of `cfg`'s agent on `cfg.env`, played from
-    `first_seed` on `num_envs` envs; `run_dir` and `progress` (its checkpoint) for a trained agent, else None."""
+    `first_seed` on `num_envs` envs; `run_dir` and `progress` (its checkpoint) for a trained agent, else None;
+    `greedy` or `temperature`: how the actions were drawn from the policy."""
     return {
         "run_dir": None if run_dir is None else str(Path(run_dir).resolve()),
         "model": model_name(cfg),
         "checkpoint": None if progress is None else {"update": progress.log_rows, "frames": progress.frames},
         "greedy": greedy,
+        "temperature": temperature,
         "num_envs": num_envs,
         "episode_seeds": {"first": first_seed, "count": episodes},
         "level": level(cfg.env),

@@ -228,9 +228,23 @@ def _check_pooling(agent: str, test: str, cell: Cell, path: Path, origin: dict[s
                 raise ResultsError(f"{agent!r} on {test!r}: {key} differs between {first} ({_short(other[key])}) "
                                    f"and {path} ({_short(origin[key])}); seeds of one column share it: table them "
                                    f"apart")
+        if drawn(other) != drawn(origin):
+            raise ResultsError(f"{agent!r} on {test!r}: {first} and {path} draw actions differently "
+                               f"({describe_drawing(*drawn(other))}, {describe_drawing(*drawn(origin))}); seeds of "
+                               f"one column share it: table them apart")
         if all(other[key] == origin[key] for key in SAME_EVALUATION):
             raise ResultsError(f"{agent!r} on {test!r}: {first} and {path} are the same evaluation (equal "
                                f"{', '.join(SAME_EVALUATION)}); keep one")
+
+
+def drawn(origin: dict[str, Any]) -> tuple[bool, float]:
+    """(greedy, temperature) of a provenance record: how its actions were drawn from the policy (files written
+    before glamrl recorded a temperature sampled at 1)."""
+    return bool(origin["greedy"]), float(origin.get("temperature", 1.0))
+
+
+def describe_drawing(greedy: bool, temperature: float) -> str:
+    return "greedy" if greedy else "sampled" if temperature == 1.0 else f"sampled at temperature {temperature:g}"
 
 
 def _short(value: Any) -> str:

@@ -252,7 +252,8 @@ def run_suite(tests: Sequence[SuiteTest], build_agent: AgentBuilder, episodes: i
 
 SUITE_IDENTITY = ("suite", "agent", "seed", "seeding", "eval_seed", "episodes_per_test", "num_envs", "skipped")
 """The keys of a suite JSON that say which episodes of which agent its tests played."""
-PROVENANCE_IDENTITY = ("run_dir", "model", "checkpoint", "greedy", "num_envs", "episode_seeds", "level", "agent")
+PROVENANCE_IDENTITY = ("run_dir", "model", "checkpoint", "greedy", "temperature", "num_envs", "episode_seeds",
+                       "level", "agent")
 """The keys of its `provenance` that do: not the commit, the version or the machine, which do not change them."""
 
 
