@@ -2,13 +2,15 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.critic_ceiling import main
+from benchmarks.critic_ceiling import main, replay, replay_statistics
 
 
 @pytest.mark.parametrize("args, message", [
     (["{tmp}/no_such_run"], "no_such_run is not a directory"),
     (["{tmp}", "--steps", "0"], "--steps 0"),
     (["{tmp}"], "is not a glamrl run directory"),   # a directory with no config.yaml
+    (["{tmp}", "--replay", "1"], "--replay 1 --rollouts 6"),
+    (["{tmp}", "--replay", "8", "--rollouts", "1"], "at least 2 states, 2 rollouts"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     assert main([a.format(tmp=tmp_path) for a in args]) == 2
@@ -41,19 +43,62 @@ def test_the_probe_scores_what_generalises_to_new_episodes_not_what_it_remembers
     assert 0.4 < ridge_probe(hidden, returns, ids, penalty=10) < 0.55
 
 
-def test_the_report_on_a_tiny_run_prints_each_ceiling_and_probe(tmp_path, capsys, one_thread):
+def tiny_run(directory):
+    """A tiny random llama trained for 8 frames on GoToObjS4 with 3-step episodes, value normalisation on."""
     from glamrl.config import load_train_config
     from glamrl.trainers.ppo import train_ppo
 
-    run = tmp_path / "run"
     cfg = load_train_config(None, ["env.id=BabyAI-GoToObjS4-v0", "env.max_steps=3", "env.num_envs=2",
                                    "model.name=tiny-llama", "model.device=cpu", "ppo.total_frames=8",
                                    "ppo.num_steps=2", "ppo.minibatch_size=4", "ppo.epochs=1", "ppo.value_norm=true",
                                    "run.eval_episodes=0", "run.tensorboard=false"])
-    train_ppo(cfg, run, progress=False, say=lambda _: None)
+    train_ppo(cfg, directory, progress=False, say=lambda _: None)
+    return cfg
+
+
+def test_the_report_on_a_tiny_run_prints_each_ceiling_and_probe(tmp_path, capsys, one_thread):
+    run = tmp_path / "run"
+    tiny_run(run)
     capsys.readouterr()
     assert main([str(run), "--steps", "12"]) == 0
     out = capsys.readouterr().out
     assert "24 frames" in out and out.count("ceiling of the best") == 2 and "head (squared correlation" in out
     for probe in ("the hidden state", "the step count alone", "both"):
         assert f"  {probe}" in out
+
+
+def test_replay_statistics_recover_a_known_ceiling_and_critic():
+    """States with means m ~ N(0, 1) and returns m + N(0, 1): the best V(state) explains 0.5 of the returns'
+    variance; V = m reaches it (share 1), V = m / 2 explains 1 - (1/4 + 1) / 2 = 0.375 though it ranks the states
+    as well (squared correlation 0.5), V = 0 nothing."""
+    rng = np.random.default_rng(0)
+    means = rng.normal(size=3000)                                       # (S,)
+    returns = means[:, None] + rng.normal(size=(3000, 4))              # (S, K)
+    for values, explained, share, correlation in ((means, 0.5, 1.0, 0.5), (means / 2, 0.375, 0.75, 0.5),
+                                                  (np.zeros(3000), 0.0, 0.0, None)):
+        stats = replay_statistics(returns, values, reps=200)
+        for name, truth in (("ceiling", 0.5), ("explained", explained), ("share", share), ("correlation", correlation)):
+            estimate, low, high = stats[name]
+            if truth is None:  # a constant critic has no correlation
+                assert np.isnan(estimate)
+                continue
+            assert low <= truth <= high and abs(estimate - truth) < 0.04, (name, stats[name])
+    two = replay_statistics(returns[:, :2], means, reps=200)["ceiling"]  # two rollouts a state are enough
+    assert abs(two[0] - 0.5) < 0.05 and two[1] <= 0.5 <= two[2]
+
+
+def test_replay_on_a_tiny_run_replays_the_policys_own_states(tmp_path, capsys, one_thread):
+    run = tmp_path / "run"
+    cfg = tiny_run(run)
+    r = replay(run, states=4, rollouts=3, episodes=3, seed=777)  # raises if a replay missed its recorded prompt
+    assert r.returns.shape == (4, 3) and r.values.shape == (4,) and np.isfinite(r.values).all()
+    assert r.episodes == 3 and 3 <= r.frames <= 9 and 0 <= r.successes <= 3   # episodes of 1-3 steps
+    # each return is one discounted reward of at most ppo.reward_scale, or nothing (a time-out ends the return)
+    assert ((r.returns >= 0) & (r.returns <= cfg.ppo.reward_scale)).all()
+    capsys.readouterr()
+    assert main([str(run), "--replay", "4", "--rollouts", "3", "--episodes", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "4 states drawn from the" in out and "3 rollouts from each" in out
+    assert "ceiling of the best V(state)" in out and "head: explained variance" in out
+    assert main([str(run), "--replay", "40", "--rollouts", "2", "--episodes", "2"]) == 2  # 40 of at most 6 frames
+    assert "give more --episodes" in capsys.readouterr().err
