@@ -62,7 +62,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from glamrl.agents.base import draw_actions
 from glamrl.agents.factory import make_agent, restore_model
 from glamrl.agents.llm import LLMAgent
 from glamrl.agents.registry import AgentKindError
@@ -186,29 +185,26 @@ def play(cfg: TrainConfig, agent: LLMAgent, envs: list[gym.Env], obs: list[dict[
     returns, discount, success = np.zeros(n), np.ones(n), np.zeros(n, dtype=bool)
     start_values = None
     active = list(range(n))
-    with torch.inference_mode():
-        while active:
-            inputs = agent.inputs(batched([obs[i] for i in active]), active)
-            out = agent.policy(inputs, agent.action_names)
-            if start_values is None:  # the first step, where every env plays
-                start_values = real(out.values.float()).cpu().numpy()
-            ended, timed_out = [], []
-            for i, x, a in zip(active, inputs, draw_actions(out.log_probs.float()).tolist()):
-                agent.histories[i].record(obs[i]["descriptions"], agent.action_names[a])
-                actions[i].append(a)
-                prompts[i].append(prompt_of(x))
-                obs[i], reward, terminated, truncated, _ = envs[i].step(a)
-                returns[i] += discount[i] * reward * cfg.ppo.reward_scale
-                discount[i] *= cfg.ppo.gamma
-                success[i] = terminated and reward > 0
-                if terminated or truncated:
-                    ended.append(i)
-                if truncated and not terminated and cfg.ppo.bootstrap_truncation:
-                    timed_out.append(i)
-            if timed_out:
-                last = agent.policy.values(agent.inputs(batched([obs[i] for i in timed_out]), timed_out))
-                returns[timed_out] += discount[timed_out] * real(last.float()).cpu().numpy()
-            active = [i for i in active if i not in ended]
+    while active:
+        decision = agent.act(batched([obs[i] for i in active]), active)
+        if start_values is None:  # the first step, where every env plays
+            start_values = real(decision.values).numpy()
+        ended, timed_out = [], []
+        for i, x, a in zip(active, decision.inputs, decision.actions.tolist()):
+            actions[i].append(a)
+            prompts[i].append(prompt_of(x))
+            obs[i], reward, terminated, truncated, _ = envs[i].step(a)
+            returns[i] += discount[i] * reward * cfg.ppo.reward_scale
+            discount[i] *= cfg.ppo.gamma
+            success[i] = terminated and reward > 0
+            if terminated or truncated:
+                ended.append(i)
+            if truncated and not terminated and cfg.ppo.bootstrap_truncation:
+                timed_out.append(i)
+        if timed_out:
+            last = agent.values(batched([obs[i] for i in timed_out]), timed_out)
+            returns[timed_out] += discount[timed_out] * real(last).numpy()
+        active = [i for i in active if i not in ended]
     return actions, prompts, returns, start_values, success
 
 

@@ -1,28 +1,35 @@
 """Long prompts: PPO's collection and update where the words decide, with GLAM's 3 observations and the top 4
-blocks trained, before and after the top block ran at the read positions only; then where the time goes, by
-kind of work.
+blocks trained, before and after the top block ran at the read positions only and new prompts read their kept
+prefixes; then where the time goes, by kind of work.
 
     python -m benchmarks.long_prompts                                  # GoToLocal and MixedTrainLocal
     python -m benchmarks.long_prompts --levels BabyAI-GoToLocal-v0 --updates 2 --no-profile
     python -m benchmarks.long_prompts --model tiny-llama --updates 2 model.train_layers=1   # a smoke test
     python -m benchmarks.long_prompts --levels BabyAI-GoToLocal-v0 --variants after prompt.nbr_obs=1 model.compile=true
+    python -m benchmarks.long_prompts --levels BabyAI-GoToLocal-v0 --variants tail after --no-profile prompt.nbr_obs=1
 
 The run: configs/goto_local_cpu.yaml (SmolLM2, `model.train_layers=4`, 16 envs x 16 steps = 256 frames per
 update, 4 epochs, minibatch 64) with `prompt.nbr_obs=3` (an override replaces it) and `env.id` set to the
 level, for `--updates` updates, each variant in its own subprocess through `glamrl.trainers.ppo.train_ppo`, as
 `glamrl train` runs it.
 Steady state: the updates after the first. Variants: `before` (the frozen trunk runs its top block at every
-position, as until 2026-12-04: `top_block_tail_matches` answers no) and `after` (today's defaults: the top block
-at the last prompt token and the action tokens only, `glamrl.llm.trunk.top_block_tail`). The results page keeps
-the 2026-12-02 run, whose `before` was `run.reuse_memory=false`.
+position and every new prompt's frozen blocks whole, as until 2026-12-04: `top_block_tail_matches` answers no,
+`model.prefix_cache_mb=0`), `tail` (the top block at the last prompt token and the action tokens only,
+`glamrl.llm.trunk.top_block_tail`, as until 2026-12-06) and `after` (today's defaults: also the prefix store,
+`glamrl.llm.trunk.PrefixStore`). The results page keeps the 2026-12-02 run, whose `before` was
+`run.reuse_memory=false`.
 
 FLOPs per frame, as benchmarks/glam_config.py counts them (dense attention, padding not counted), with P the
 mean prompt tokens of random play on the level and T the packed action tokens, the top block counted at the
 positions the result needs (F_tail) in both variants:
-  collection  = F_tail(P, T; L) for a prompt whose lower blocks run (a trunk cache miss), F_tail(P, T; K) for a hit
+  collection  = F_tail(P, T; L) for a prompt whose lower blocks run (a trunk cache miss), F_tail(P, T; K) for a hit;
+                with the prefix store a miss's lower blocks count 1 - s of their FLOPs, s the prefix share (log.csv's
+                `trunk_prefix_share`: the share of the misses' tokens read from the store; attention's quadratic
+                term counted as if it scaled with the tokens too)
   update      = 3 E F_tail(P, T; K)        the top K blocks, forward and backward, E epochs
 Each is shown as a fraction of a 2048^2 matmul's FLOP/s in the compute dtype, measured in the same process,
-next to the trunk cache's hit rate and size (log.csv's `trunk_hit_rate`, `trunk_cache_mb`) and peak RSS.
+next to the trunk cache's hit rate and size (log.csv's `trunk_hit_rate`, `trunk_cache_mb`), the prefix share and
+peak RSS.
 
 The profile (skipped with --no-profile): on 64 prompts of random play on the level, one collection of 16
 prompts (every one a trunk miss, as new prompts are) and one update minibatch of 64 cached prompts under
@@ -52,7 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LEVELS = ("BabyAI-GoToLocal-v0", "BabyAI-MixedTrainLocal-v0")
 RUN = ["prompt.nbr_obs=3", "run.eval_episodes=0", "run.tensorboard=false", "run.max_minutes=null",
        "model.device=cpu"]
-VARIANTS = ("before", "after")
+VARIANTS = ("before", "tail", "after")
 
 
 def level_config(level: str, model: str, overrides: list[str]):
@@ -84,7 +91,8 @@ def run_variant(level: str, variant: str, updates: int, model: str, overrides: l
 
     if variant == "before":  # this child process's trunks run the top block at every position
         trunk.top_block_tail_matches = lambda model: False
-    cfg = level_config(level, model, [*overrides, f"ppo.total_frames={256 * updates}"])
+    store = [] if variant == "after" else ["model.prefix_cache_mb=0"]
+    cfg = level_config(level, model, [*overrides, *store, f"ppo.total_frames={256 * updates}"])
     with tempfile.TemporaryDirectory() as tmp:
         train_ppo(cfg, Path(tmp) / "run", progress=False, say=lambda _: None)
         rows = RunDir(Path(tmp) / "run").read_log()
@@ -93,11 +101,12 @@ def run_variant(level: str, variant: str, updates: int, model: str, overrides: l
     _, P, T = prompt_shape(policy, level, cfg)
     config, K = policy.llm.config, cfg.model.train_layers
     peak = matmul_flops(policy.compute_dtype)
-    mean = {k: float(np.mean([float(r[k]) for r in steady]))
-            for k in ("collect_FPS", "update_FPS", "FPS", "trunk_hit_rate", "trunk_cache_mb")}
-    hit = mean["trunk_hit_rate"]
-    collect_flops = (1 - hit) * causal_flops(config, P, T, config.num_hidden_layers, tail=True) + \
-        hit * causal_flops(config, P, T, K, tail=True)
+    mean = {k: float(np.mean([float(r.get(k) or 0) for r in steady]))
+            for k in ("collect_FPS", "update_FPS", "FPS", "trunk_hit_rate", "trunk_cache_mb", "trunk_prefix_share")}
+    hit, top = mean["trunk_hit_rate"], causal_flops(config, P, T, K, tail=True)
+    miss = top + (1 - mean["trunk_prefix_share"]) * (causal_flops(config, P, T, config.num_hidden_layers, tail=True)
+                                                      - top)
+    collect_flops = (1 - hit) * miss + hit * top
     update_flops = 3 * cfg.ppo.epochs * causal_flops(config, P, T, K, tail=True)
     return {"level": level, "variant": variant, **mean, "prompt_tokens": P,
             "collect_fraction": collect_flops * mean["collect_FPS"] / peak,
@@ -199,7 +208,7 @@ def main() -> None:
           f"{args.updates} updates of 256 frames per "
           f"variant, {torch.get_num_threads()} threads; steady state = updates 2..{args.updates}")
     print(f"{'level':<28}{'variant':>8}{'P':>5}{'collect f/s':>12}{'update f/s':>11}{'overall f/s':>12}"
-          f"{'collect frac':>13}{'update frac':>12}{'trunk hits':>11}{'cache MiB':>10}{'peak RSS':>10}")
+          f"{'collect frac':>13}{'update frac':>12}{'trunk hits':>11}{'prefix':>8}{'cache MiB':>10}{'peak RSS':>10}")
     results: dict[tuple[str, str], dict] = {}
     for level in args.levels:
         for variant in args.variants:
@@ -212,10 +221,12 @@ def main() -> None:
             r = results[level, variant] = json.loads(done.stdout.strip().splitlines()[-1])
             print(f"{level:<28}{variant:>8}{r['prompt_tokens']:>5.0f}{r['collect_FPS']:>12.2f}{r['update_FPS']:>11.2f}"
                   f"{r['FPS']:>12.2f}{r['collect_fraction']:>13.2f}{r['update_fraction']:>12.2f}"
-                  f"{r['trunk_hit_rate']:>11.2f}{r['trunk_cache_mb']:>10.0f}{r['peak_rss_gb']:>8.2f}GB", flush=True)
-        if (level, "before") in results and (level, "after") in results:
-            gain = results[level, "after"]["FPS"] / results[level, "before"]["FPS"]
-            print(f"{level:<28}{'after / before: ' + f'{gain:.2f}x overall':>40}")
+                  f"{r['trunk_hit_rate']:>11.2f}{r['trunk_prefix_share']:>8.2f}{r['trunk_cache_mb']:>10.0f}"
+                  f"{r['peak_rss_gb']:>8.2f}GB", flush=True)
+        for base in ("before", "tail"):
+            if (level, base) in results and (level, "after") in results:
+                gain = results[level, "after"]["FPS"] / results[level, base]["FPS"]
+                print(f"{level:<28}{f'after / {base}: {gain:.2f}x overall':>40}")
     if not args.no_profile:
         for level in args.levels:
             profile_level(level, args.model, args.overrides)

@@ -150,6 +150,13 @@ class ModelConfig:
     trunk_cache_mb: int = 1024
     """with train_layers: MiB of cached activations kept from earlier rollouts for prompts seen again
     (least recently used first out); the current rollout's are always kept. 0: one rollout only."""
+    prefix_cache_mb: int = 256
+    """with train_layers, causal Llama-like models: MiB of the frozen blocks' keys and values kept for the prompts
+    collected lately (least recently used first out), so that a new prompt runs those blocks only on its tokens
+    after the longest prefix it shares with a kept one: the action list and mission at least, an episode's first
+    observations while the prompt's window fills (glamrl.llm.trunk.PrefixStore). The same results up to rounding;
+    about 20 KiB per token with SmolLM2 in bfloat16. Off where model.compile compiles the blocks (the store's path
+    runs them eager) and for models whose block is not Llama's. 0: off (new prompts run the frozen blocks whole)."""
     gradient_checkpointing: bool | str = "auto"
     """true: the update keeps only each block's input and recomputes the block's activations in the backward
     pass (glamrl.llm.recompute): the same gradients, a third more update FLOPs, a small fraction of the
@@ -225,6 +232,7 @@ class ModelConfig:
                f"model.batching must be padded or bucketed, got {self.batching!r}")
         _check(0 <= self.max_padding < 1, f"model.max_padding must be in [0, 1), got {self.max_padding}")
         _check(self.trunk_cache_mb >= 0, f"model.trunk_cache_mb must be >= 0, got {self.trunk_cache_mb}")
+        _check(self.prefix_cache_mb >= 0, f"model.prefix_cache_mb must be >= 0, got {self.prefix_cache_mb}")
         _check(self.train_layers is None or self.train_layers >= 0,
                f"model.train_layers must be >= 0 or null, got {self.train_layers}")
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),

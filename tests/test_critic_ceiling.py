@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.critic_ceiling import main, replay, replay_statistics
+from benchmarks.critic_ceiling import batched, main, play, replay, replay_statistics, restore_critic
 
 
 @pytest.mark.parametrize("args, message", [
@@ -102,3 +102,39 @@ def test_replay_on_a_tiny_run_replays_the_policys_own_states(tmp_path, capsys, o
     assert "ceiling of the best V(state)" in out and "head: explained variance" in out
     assert main([str(run), "--replay", "40", "--rollouts", "2", "--episodes", "2"]) == 2  # 40 of at most 6 frames
     assert "give more --episodes" in capsys.readouterr().err
+
+
+def test_play_bootstraps_a_time_out_from_v_of_its_last_observation(tmp_path, one_thread):
+    """With ppo.bootstrap_truncation an episode cut by the time limit returns gamma^n V(last observation), in the
+    returns' units, where without it it returns nothing; the same draws, so the same episodes, in both."""
+    import dataclasses
+
+    from glamrl.agents.factory import make_agent
+
+    run = tmp_path / "run"
+    tiny_run(run)
+    cfg, policy, real = restore_critic(run)
+    vector = cfg.env.make_vector_env()
+    envs = list(vector.envs)
+
+    def played(bootstrap: bool):
+        ppo = dataclasses.replace(cfg.ppo, bootstrap_truncation=bootstrap)
+        agent = make_agent(dataclasses.replace(cfg, ppo=ppo), policy, vector)
+        obs = [env.reset(seed=50 + i)[0] for i, env in enumerate(envs)]
+        torch.manual_seed(0)
+        actions, _, returns, _, success = play(dataclasses.replace(cfg, ppo=ppo), agent, envs, obs, real)
+        return agent, obs, actions, returns, success
+
+    _, _, actions, plain, success = played(False)
+    agent, last, same_actions, booted, _ = played(True)
+    assert same_actions == actions
+    timed_out = [i for i in range(len(envs)) if not success[i] and len(actions[i]) == cfg.env.max_steps]
+    assert timed_out, "no episode timed out: pick other seeds"
+    for i in range(len(envs)):
+        if i in timed_out:  # the agent's history stands at the episode's end: V reads it as training would
+            v = real(agent.values(batched([last[i]]), [i])).item()
+            assert plain[i] == 0 and booted[i] == pytest.approx(cfg.ppo.gamma ** cfg.env.max_steps * v, rel=1e-5)
+            assert v != 0
+        else:
+            assert booted[i] == plain[i]
+    vector.close()

@@ -154,6 +154,9 @@ def test_compiled_blocks_give_the_eager_policy_and_gradients(name, model):
     def policy_and_gradients(compile: bool) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         torch.manual_seed(0)
         policy = LLMPolicy(ModelConfig(name=name, device="cpu", compute_dtype="float32", compile=compile, **model))
+        if name == "tiny-llama" and policy.trunk is not None:  # the prefix store's path would skip the compiled blocks
+            assert (policy.trunk.prefixes is None) == compile
+            assert policy.resolved["model.prefix_cache_mb"].value == ("0" if compile else "256")
         with torch.inference_mode():
             out = policy(PROMPTS, ACTION_NAMES)
         return out.log_probs, out.values, _minibatch_gradients(name, compile=compile, **model)

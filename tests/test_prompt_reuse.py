@@ -27,3 +27,13 @@ def test_every_new_prompt_after_the_first_shares_at_least_the_header():
     assert last["frames"] == 8 and 1 <= last["distinct"] <= 8
     first_free = 1 / last["distinct"]  # the first prompt shares nothing
     assert (1 - first_free) * header / last["tokens"] <= last["prefix_share"] < 1
+
+
+
+def test_the_bot_does_not_stand_still_as_random_play_does():
+    """Random play's pick up, drop and toggle with nothing there repeat the prompt (one observation); the bot's
+    shortest paths change the view at every step, so on these seeds none of its 16 prompts repeats."""
+    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
+    (bot,) = prompt_reuse("BabyAI-GoToObjS4-v0", 1, envs=2, steps=8, tokenizer=tokenizer, agent="bot")[-1:]
+    (rand,) = prompt_reuse("BabyAI-GoToObjS4-v0", 1, envs=2, steps=8, tokenizer=tokenizer)[-1:]
+    assert bot["distinct"] == bot["frames"] == 16 and rand["distinct"] <= 8

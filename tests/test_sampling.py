@@ -64,6 +64,31 @@ def test_agents_draw_at_their_temperature_and_record_the_policys_probabilities(c
     np.testing.assert_allclose(cold.log_probs.numpy(), chosen, rtol=1e-4, atol=1e-5)
 
 
+def test_the_llm_agent_acts_for_a_subset_of_its_envs_as_it_would_for_all():
+    """act(obs, envs) decides for envs `envs` only, from their rows of `obs`: the same probabilities and prompts as
+    acting for every env, and only their histories record a step."""
+    cfg = load_train_config(None, ["env.id=BabyAI-GoToLocalS6N3-v0", "env.num_envs=4", "model.name=tiny-llama",
+                                   "model.device=cpu", "prompt.nbr_obs=2"])
+    torch.manual_seed(0)
+    model = make_model(cfg)
+    envs = cfg.env.make_vector_env()
+    obs, _ = envs.reset(seed=0)
+    every, part = make_agent(cfg, model, envs, greedy=True), make_agent(cfg, model, envs, greedy=True)
+    whole = every.act(obs)
+    subset = [3, 1]
+    rows = {key: [value[i] for i in subset] for key, value in obs.items()}
+    some = part.act(rows, subset)
+    np.testing.assert_allclose(some.probs, whole.probs[subset], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(some.actions, whole.actions[subset])
+    assert some.inputs == [whole.inputs[i] for i in subset]
+    # a step recorded for envs 3 and 1 only: their next prompts are those after acting for all, the others' as new
+    after, stepped = part.prompts(obs, range(4)), every.prompts(obs, range(4))
+    fresh = make_agent(cfg, model, envs).prompts(obs, range(4))
+    assert [after[i] == stepped[i] for i in range(4)] == [False, True, False, True]
+    assert [after[i] == fresh[i] for i in range(4)] == [True, False, True, False]
+    envs.close()
+
+
 def test_kinds_that_do_not_sample_from_a_policy_refuse_a_temperature():
     cfg = load_train_config(None, ["env.id=BabyAI-GoToLocalS6N3-v0", "env.num_envs=2", "agent.kind=random"])
     envs = cfg.env.make_vector_env()

@@ -1,5 +1,6 @@
 """Frozen-trunk training (model.train_layers): the cached path is the full forward, only the top trains."""
 
+import numpy as np
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM
@@ -212,3 +213,97 @@ def test_a_top_block_the_tail_does_not_fit_runs_at_every_position():
         full = model.model(input_ids=ids, attention_mask=mask, position_ids=pos).last_hidden_state
         tail = trunk.causal(ids, mask, pos, torch.tensor([8, 4]), ["a", "b"], start=5)
     torch.testing.assert_close(tail, full[:, 5:], atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------- the prefix store
+HEADER = ("Possible action of the agent: turn left, turn right, go forward, pick up, drop, toggle \n "
+          "Goal of the agent: go to the red ball \n Observation 0: You see a wall 2 steps forward, \n Action 0: ")
+ROLLOUTS = [  # each prompt begins as some earlier one does, except the last of the second rollout
+    [HEADER, HEADER.replace("red ball", "blue key")],
+    [HEADER + "turn left \n Observation 1: You see a red ball 2 steps forward, \n Action 1: ",
+     HEADER.replace("wall 2", "wall 3"), "Goal of the agent: open the door \n Action 0: "],
+    [HEADER + "turn left \n Observation 1: You see a red ball 1 step forward, \n Action 1: ",
+     HEADER.replace("red ball", "blue key")
+     + "go forward \n Observation 1: You see a wall 1 step forward, \n Action 1: "],
+]
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_new_prompts_run_the_frozen_blocks_after_their_kept_prefix_and_score_as_the_model_does(attn):
+    """Scores and values with the prefix store equal the full forward's (reference_log_likelihoods, and the trunk
+    without the store), rollout after rollout, with the actions packed after the prompt and without them."""
+    from glamrl.llm import reference_log_likelihoods
+
+    kept, whole = _policy("tiny-llama", prefix_cache_mb=16), _policy("tiny-llama", prefix_cache_mb=0)
+    assert whole.trunk.prefixes is None
+    for policy in (kept, whole):
+        policy.scorer.model.config._attn_implementation = attn
+    store = kept.trunk.prefixes
+    tokens = lambda prompts: sum(len(kept.scorer.tokenizer(kept.scorer.prompt_text(p)).input_ids) for p in prompts)
+    with torch.inference_mode():
+        for rollout in ROLLOUTS:
+            reused = store.reused
+            with kept.collecting(), whole.collecting():
+                fast, full = kept(rollout, ACTION_NAMES), whole(rollout, ACTION_NAMES)
+            torch.testing.assert_close(fast.log_probs, full.log_probs, atol=1e-5, rtol=0)
+            torch.testing.assert_close(fast.values, full.values, atol=1e-5, rtol=0)
+            reference = reference_log_likelihoods(kept.scorer, rollout, ACTION_NAMES)
+            torch.testing.assert_close(kept.scorer(rollout, ACTION_NAMES).log_likelihoods, reference, atol=1e-4,
+                                       rtol=0)  # now trunk-cache hits: the stored rows score as the model does
+            assert (store.reused > reused) == (rollout is not ROLLOUTS[0])
+        assert store.reused + store.computed == tokens([p for r in ROLLOUTS for p in r])
+        # values only (no actions packed): a new trunk key, each prompt now kept but for its last token
+        computed = store.computed
+        values = kept.values(ROLLOUTS[2])
+        torch.testing.assert_close(values, whole.values(ROLLOUTS[2]), atol=1e-5, rtol=0)
+        assert store.computed == computed + len(ROLLOUTS[2]) and len(store) == sum(map(len, ROLLOUTS))
+        kept.values(["Goal of the agent: go to the green box \n Action 0: "])  # outside a collection too
+        assert len(store) == sum(map(len, ROLLOUTS)) + 1
+
+
+def test_the_prefix_store_finds_the_longest_shared_prefix_and_keeps_its_budget_least_recently_used_out():
+    from glamrl.llm.trunk import PrefixStore
+
+    rng = np.random.default_rng(0)
+    entry = lambda n: (torch.zeros(1, 2, 1, n, 4), torch.zeros(n, 8))  # (split, 2, Hkv, n, D), (n, H)
+    per_token = sum(t.nbytes for t in entry(1))
+    store, kept = PrefixStore(budget_bytes=1000 * per_token), []
+    for _ in range(200):
+        base = kept[rng.integers(len(kept))] if kept and rng.random() < 0.7 else np.array([], dtype=np.int64)
+        tokens = np.concatenate([base[:rng.integers(0, len(base) + 1)], rng.integers(0, 3, rng.integers(1, 8))])
+        limit = len(tokens) - 1
+        common = [next((i for i, (a, b) in enumerate(zip(tokens, k)) if a != b), min(len(tokens), len(k)))
+                  for k in kept]  # the brute force: each kept prompt's prefix shared with `tokens`
+        expected = min(limit, max(common, default=0))
+        found, shared = store.longest(tokens, limit)
+        assert shared == expected and (found is None) == (shared == 0)
+        if found is not None:
+            assert np.array_equal(found.tokens[:shared], tokens[:shared])
+        store.add(tokens, *entry(len(tokens)))
+        kept.append(tokens)
+    small = PrefixStore(budget_bytes=3 * 5 * per_token)  # three prompts of 5 tokens
+    prompts = [np.arange(5) + 10 * i for i in range(4)]
+    for p in prompts[:3]:
+        small.add(p, *entry(5))
+    small.longest(prompts[0], 4)  # prompts[0] used: prompts[1] is now the least recently used
+    small.add(prompts[3], *entry(5))
+    assert len(small) == 3 and small.nbytes <= small.budget_bytes
+    assert small.longest(prompts[1], 4) == (None, 0) and small.longest(prompts[0], 4)[1] == 4
+
+
+def test_collection_metrics_give_the_share_of_new_prompts_tokens_read_from_the_prefix_store():
+    policy = _policy("tiny-llama", prefix_cache_mb=16)
+    with torch.inference_mode():
+        with policy.collecting():
+            policy(ROLLOUTS[0], ACTION_NAMES)
+        first = policy.collection_metrics()
+        store = policy.trunk.prefixes
+        reused, computed = store.reused, store.computed
+        with policy.collecting():
+            policy(ROLLOUTS[1], ACTION_NAMES)
+        second = policy.collection_metrics()
+    shared = store.reused - reused
+    # a batch reads the prompts kept before it only: the first found the store empty
+    assert first["trunk_prefix_share"] == 0 < second["trunk_prefix_share"] < 1
+    assert second["trunk_prefix_share"] == pytest.approx(shared / (shared + store.computed - computed))
+    assert "trunk_prefix_share" not in _policy("tiny-llama", prefix_cache_mb=0).collection_metrics()

@@ -58,16 +58,19 @@ class LLMAgent:
         return [TimedPrompt(p, int(t), int(m)) for p, t, m in zip(prompts, obs["step"], obs["max_steps"])]
 
     @torch.inference_mode()
-    def act(self, obs: dict[str, Any]) -> Decision:
-        inputs = self.inputs(obs, range(len(self.histories)))
+    def act(self, obs: dict[str, Any], envs: Sequence[int] | None = None) -> Decision:
+        """Decide for every env, or for envs `envs` only (`obs` then holds their rows, in that order: the rest of
+        the envs' histories stay as they are)."""
+        envs = range(len(self.histories)) if envs is None else envs
+        inputs = self.inputs(obs, envs)
         out = self.policy(inputs, self.action_names)
         log_probs = out.log_probs.float()                                  # (N, A)
         actions = draw_actions(log_probs, self.greedy, self.temperature)  # (N,)
         chosen = log_probs.gather(1, actions[:, None]).squeeze(1)         # (N,)
         # the step's one host-device synchronisation: actions, log-probs and values come back together
         actions, probs, chosen, values = to_host(actions, log_probs.exp(), chosen, out.values.float())
-        for history, sentences, a in zip(self.histories, obs["descriptions"], actions.tolist()):
-            history.record(sentences, self.action_names[a])
+        for i, sentences, a in zip(envs, obs["descriptions"], actions.tolist()):
+            self.histories[i].record(sentences, self.action_names[a])
         return Decision(actions.numpy(), probs.numpy(), chosen, values, inputs)
 
     @torch.inference_mode()

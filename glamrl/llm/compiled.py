@@ -11,8 +11,10 @@ update takes 10-16 s longer than eager, where compiling the whole model took min
 fused kernels. Prompt lengths change from batch to batch, so shapes are dynamic from the start. What the
 blocks compute is unchanged: tests check log-probabilities, values and gradients against eager mode.
 
-The frozen trunk under `model.train_layers` calls the same block modules, so its passes are compiled too;
-the embeddings, the final norm and the LM head at the action tokens stay eager (a small share of the FLOPs).
+The frozen trunk under `model.train_layers` calls the same block modules, so its passes are compiled too,
+except the frozen blocks' passes on new prompts where the prefix store is on (`model.prefix_cache_mb`: they run
+the blocks' parts on the tokens after a kept prefix, eager); the embeddings, the final norm and the LM head at
+the action tokens stay eager (a small share of the FLOPs).
 
 `auto` compiles models of at least `AUTO_MIN_PARAMETERS` where inductor works here: its toolchain is found
 (a C++ compiler for the CPU backend, Triton for CUDA) and a one-block trial compiles and runs (once per

@@ -90,13 +90,21 @@ class LLMPolicy(nn.Module):
         trained_blocks = freeze_trunk(loaded.model, loaded.is_seq2seq, config.train_layers) \
             if config.train_layers else None
         self.llm = apply_lora(loaded.model, config, trained_blocks) if config.lora else loaded.model
-        self._collected: tuple[int, int] | None = None  # (hits, misses) of the trunk cache in the last collection
+        self._collected: tuple[int, ...] | None = None  # the last collection's `_trunk_counts`
+        prefix_mb = 0 if compiling else config.prefix_cache_mb  # the store's path runs the frozen blocks eager
         self.trunk = FrozenTrunk(loaded.model, loaded.is_seq2seq, trained_blocks[0], DTYPES[config.cache_dtype],
-                                 budget_bytes=config.trunk_cache_mb * 2**20) if trained_blocks else None
+                                 budget_bytes=config.trunk_cache_mb * 2**20,
+                                 prefix_budget_bytes=prefix_mb * 2**20) if trained_blocks else None
         if self.trunk is not None and not loaded.is_seq2seq:
             self.resolved["model.train_layers"] = Resolved(str(config.train_layers), (
                 "the top block runs at the last prompt token and the action tokens only" if self.trunk.tail_exact
                 else "the top block runs at every position: its block is not Llama's (trunk.top_block_tail)"))
+            if config.prefix_cache_mb:
+                kept = self.trunk.prefixes is not None
+                why = ("new prompts run the frozen blocks after the longest prefix kept" if kept else
+                       "off: model.compile runs the frozen blocks compiled whole" if compiling else
+                       "off: the blocks are not Llama's (trunk.top_block_tail)")
+                self.resolved["model.prefix_cache_mb"] = Resolved(str(config.prefix_cache_mb if kept else 0), why)
         self.compiled_blocks = compile_blocks(self.llm) if compiling else None  # its report: the compile time
         self.scorer = ActionScorer(base_model(self.llm), loaded.tokenizer, loaded.is_seq2seq,
                                    normalize_by_length=config.normalize_by_length, batching=config.batching,
@@ -181,10 +189,16 @@ class LLMPolicy(nn.Module):
             yield
             return
         self.trunk.shrink()  # older rollouts' entries, within model.trunk_cache_mb
-        hits, misses = self.trunk.hits, self.trunk.misses
+        before = self._trunk_counts()
         with self.trunk.record():
             yield
-        self._collected = (self.trunk.hits - hits, self.trunk.misses - misses)
+        self._collected = tuple(after - first for after, first in zip(self._trunk_counts(), before))
+
+    def _trunk_counts(self) -> tuple[int, int, int, int]:
+        """The trunk's running counts: cache hits and misses, prompt tokens read from the prefix store and run."""
+        store = self.trunk.prefixes
+        reused, computed = (store.reused, store.computed) if store is not None else (0, 0)
+        return self.trunk.hits, self.trunk.misses, reused, computed
 
     @contextmanager
     def keeping(self) -> Iterator[None]:
@@ -198,12 +212,16 @@ class LLMPolicy(nn.Module):
 
     def collection_metrics(self) -> dict[str, float]:
         """With `train_layers`, the last collection's frozen-trunk figures for the log: `trunk_hit_rate`, the share of
-        its prompts whose lower blocks' output came from the cache, and `trunk_cache_mb`, the cache's size after it;
+        its prompts whose lower blocks' output came from the cache, `trunk_cache_mb`, the cache's size after it,
+        and with the prefix store `trunk_prefix_share`, the share of the other prompts' tokens read from it;
         nothing without a trunk."""
         if self.trunk is None or self._collected is None:
             return {}
-        hits, misses = self._collected
-        return {"trunk_hit_rate": hits / max(hits + misses, 1), "trunk_cache_mb": self.trunk.nbytes / 2**20}
+        hits, misses, reused, computed = self._collected
+        metrics = {"trunk_hit_rate": hits / max(hits + misses, 1), "trunk_cache_mb": self.trunk.nbytes / 2**20}
+        if self.trunk.prefixes is not None:
+            metrics["trunk_prefix_share"] = reused / max(reused + computed, 1)
+        return metrics
 
     # ------------------------------------------------------------------- checkpoints
     def trainable_state_dict(self) -> dict[str, Tensor]:

@@ -214,7 +214,7 @@ class ActionScorer:
                                            use_cache=False).last_hidden_state[:, P - 1:]  # (B, 1+T, H)
         else:
             hidden = self.trunk.causal(ids, mask, pos, prompt_lengths + ids.shape[1] - P, keys,
-                                       start=P - 1)                               # (B, 1+T, H)
+                                       start=P - 1, prompt_width=P)              # (B, 1+T, H)
         if packed is None:
             return None, hidden[:, 0]
         # the token before each target predicts it: the last prompt token for an action's first token

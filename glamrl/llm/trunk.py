@@ -16,6 +16,12 @@ they see the same numbers and PPO's ratio is 1 before the first optimiser step.
 Causal models' top block runs at the positions the scorer reads only (`top_block_tail`), where the
 block is Llama's (`top_block_tail_matches`, checked once per trunk); any other runs whole.
 
+A new prompt often begins as an earlier one did (the action list and the mission; the first observations of an
+episode, while its window of `nbr_obs` observations fills). In a causal model those leading tokens' keys, values
+and hidden states are the earlier prompt's, so with `prefix_budget_bytes` (`model.prefix_cache_mb`) the trunk
+keeps the frozen blocks' keys and values of the prompts it runs (`PrefixStore`) and runs those blocks on a new
+prompt's tokens after the longest prefix it shares with a kept one only (`FrozenTrunk._lower_after_prefixes`).
+
 Causal models must be Llama-like (`model.layers`, `model.norm`, `model.rotary_emb`:
 Llama, Mistral, Qwen2/3, SmolLM); seq2seq models T5-like (`encoder`, `decoder.block`).
 """
@@ -25,7 +31,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -74,7 +82,7 @@ class FrozenTrunk:
     """
 
     def __init__(self, model: PreTrainedModel, is_seq2seq: bool, split: int, cache_dtype: torch.dtype,
-                 budget_bytes: int = 0) -> None:
+                 budget_bytes: int = 0, prefix_budget_bytes: int = 0) -> None:
         self.model = model
         self.is_seq2seq = is_seq2seq
         self.split = split
@@ -85,6 +93,8 @@ class FrozenTrunk:
         self.hits = self.misses = 0
         self.tail_exact = not is_seq2seq and top_block_tail_matches(model)
         """The top block runs at the positions read only: `top_block_tail` gave the block's own output here."""
+        self.prefixes = PrefixStore(prefix_budget_bytes) if prefix_budget_bytes and self.tail_exact else None
+        """The frozen blocks' keys and values of the prompts run lately (causal Llama-like models; None: off)."""
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -110,14 +120,19 @@ class FrozenTrunk:
 
     # ----------------------------------------------------------------------- causal
     def causal(self, ids: Tensor, mask: Tensor, pos: Tensor, lengths: Tensor, keys: list[Hashable],
-               start: int = 0) -> Tensor:
+               start: int = 0, prompt_width: int | None = None) -> Tensor:
         """Last hidden state (after the final norm) of left-padded rows `ids` (B, S) at positions `start`..S-1,
         (B, S - start, H): the lower blocks' output comes from the cache where present; `lengths` (B,), on the
-        host, counts each row's real tokens. The top block runs at those positions only (`top_block_tail`)."""
+        host, counts each row's real tokens. The top block runs at those positions only (`top_block_tail`).
+        Each row is a prompt in its first `prompt_width` columns (default S), then the packed action tokens: with
+        the prefix store, a missing row's frozen blocks run after the longest prefix of its prompt kept there."""
         backbone = self.model.base_model
         layers = backbone.layers
 
         def lower(rows: list[int]) -> Tensor:
+            if self.prefixes is not None:
+                return self._lower_after_prefixes(ids[rows], mask[rows], pos[rows], lengths[rows],
+                                                  ids.shape[1] if prompt_width is None else prompt_width)
             hidden = backbone.embed_tokens(ids[rows])                             # (b, S, H)
             rope = backbone.rotary_emb(hidden, position_ids=pos[rows])
             for layer in layers[:self.split]:
@@ -134,6 +149,56 @@ class FrozenTrunk:
         else:
             hidden = hidden[:, start:]
         return backbone.norm(hidden)
+
+    def _lower_after_prefixes(self, ids: Tensor, mask: Tensor, pos: Tensor, lengths: Tensor, width: int) -> Tensor:
+        """The hidden states entering block `split`, (b, S, H), of left-padded rows `ids` (b, S) whose prompts fill
+        the first `width` columns (`lengths` (b,), on the host, counts each row's real tokens): each row's prompt
+        prefix kept in the prefix store is read from it, and the frozen blocks run on the columns after it only.
+
+        The batch runs its last W columns, W the most new tokens of any row; a row with fewer runs some of its kept
+        columns too, whose keys and values are then taken from the store (their outputs are dropped). Every row's
+        prompt is kept, in a collection or not (an evaluation's prompts share prefixes too; the store keeps its
+        budget). Keys and values stay in the blocks' compute dtype, hidden states in the cache's."""
+        backbone, store = self.model.base_model, self.prefixes
+        b, S = ids.shape
+        n = (lengths - (S - width)).tolist()                                      # prompt tokens per row
+        host = ids[:, :width].cpu().numpy()                                      # one copy from the device
+        prompts = [host[r, width - n[r]:] for r in range(b)]                     # (n_r,) each
+        found = [store.longest(t, len(t) - 1) for t in prompts]                   # (entry, kept tokens c_r)
+        start = S - max(int(lengths[r]) - c for r, (_, c) in enumerate(found))   # the first column run
+        columns = torch.arange(start, S, device=ids.device)                      # (W,)
+        runs = columns >= torch.tensor([S - int(lengths[r]) + c for r, (_, c) in enumerate(found)],
+                                       device=ids.device)[:, None]               # (b, W) a new token's column
+        store.reused += sum(c for _, c in found)
+        store.computed += sum(n) - sum(c for _, c in found)
+
+        def kept(read: Callable[[_Prefix], Tensor], fresh: Tensor) -> Tensor:
+            """`fresh` (b, ..., W, X), computed at the last W columns, where a row runs them, and `read(entry)`
+            (..., c, X) of the row's kept prefix at its columns: (b, ..., S, X), zero at padding."""
+            out = fresh.new_zeros(*fresh.shape[:-2], S, fresh.shape[-1])
+            for r, (entry, c) in enumerate(found):
+                if c:
+                    out[r, ..., width - n[r]:width - n[r] + c, :] = read(entry)[..., :c, :]
+            where = runs.view(b, *[1] * (fresh.dim() - 3), -1, 1)                # (b, ..., W, 1)
+            out[..., start:, :] = torch.where(where, fresh, out[..., start:, :])
+            return out
+
+        hidden = backbone.embed_tokens(ids[:, start:])                           # (b, W, H)
+        cos, sin = backbone.rotary_emb(hidden, position_ids=pos)                 # (b, S, D) each
+        keys_values = []                                                         # (b, 2, Hkv, width, D) per block
+        for i, layer in enumerate(backbone.layers[:self.split]):
+            x = layer.input_layernorm(hidden)                                    # (b, W, H)
+            k_new, v_new = _keys_values(layer.self_attn, x, cos[:, start:], sin[:, start:])  # (b, Hkv, W, D) each
+            k = kept(lambda e: e.keys_values[i, 0], k_new)                       # (b, Hkv, S, D)
+            v = kept(lambda e: e.keys_values[i, 1], v_new)                       # (b, Hkv, S, D)
+            keys_values.append(torch.stack([k[..., :width, :], v[..., :width, :]], 1))
+            hidden = _block_at(layer, hidden, x, k, v, mask[:, :, start:], cos[:, start:], sin[:, start:])
+        out = kept(lambda e: e.hidden, hidden)                                   # (b, S, H)
+        for r in range(b):
+            rows = slice(width - n[r], width)
+            store.add(prompts[r], torch.stack([kv[r, :, :, rows] for kv in keys_values]),  # (split, 2, Hkv, n, D)
+                      out[r, rows].to(self.cache_dtype))                         # (n, H)
+        return out
 
     # ---------------------------------------------------------------------- seq2seq
     def encoder(self, ids: Tensor, mask: Tensor, lengths: Tensor, keys: list[Hashable]) -> Tensor:
@@ -172,6 +237,63 @@ class FrozenTrunk:
         return out
 
 
+# ------------------------------------------------------------------------- the prefix store
+@dataclass
+class _Prefix:
+    """A prompt's frozen-block activations, valid for any prompt that begins with its first c tokens."""
+
+    tokens: np.ndarray   # (n,) its token ids
+    keys_values: Tensor  # (split, 2, Hkv, n, D) each frozen block's keys (rotated) and values at its tokens
+    hidden: Tensor       # (n, H) the hidden state entering block `split` at its tokens, in the cache dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys_values.nbytes + self.hidden.nbytes
+
+
+class PrefixStore:
+    """Prompts' frozen-block keys and values, within a byte budget, least recently used first out.
+
+    `longest` finds the kept prompt that shares the longest token prefix with a new one (a linear scan: the store
+    holds tens to hundreds of prompts); `reused` and `computed` count the new prompts' tokens read from it and run.
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self._entries: OrderedDict[bytes, _Prefix] = OrderedDict()   # tokens' bytes -> entry
+        self.nbytes = 0
+        self.reused = self.computed = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def longest(self, tokens: np.ndarray, limit: int) -> tuple[_Prefix | None, int]:
+        """The kept prompt sharing the longest prefix with `tokens` (n,), and that prefix's length, at most
+        `limit`; (None, 0) where none shares a token."""
+        best, length = None, 0
+        for entry in self._entries.values():
+            m = min(len(entry.tokens), len(tokens), limit)
+            differ = np.flatnonzero(entry.tokens[:m] != tokens[:m])
+            shared = int(differ[0]) if len(differ) else m
+            if shared > length:
+                best, length = entry, shared
+        if best is not None:
+            self._entries.move_to_end(best.tokens.tobytes())
+        return best, length
+
+    def add(self, tokens: np.ndarray, keys_values: Tensor, hidden: Tensor) -> None:
+        """Keep a prompt's activations (`_Prefix`' fields), then drop the least recently used beyond the budget."""
+        key = tokens.tobytes()
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return
+        entry = _Prefix(tokens.copy(), keys_values.clone(), hidden.clone())
+        self._entries[key] = entry
+        self.nbytes += entry.nbytes
+        while self._entries and self.nbytes > self.budget_bytes:
+            self.nbytes -= self._entries.popitem(last=False)[1].nbytes
+
+
 # ------------------------------------------------------------------------- the top block's tail
 def top_block_tail(layer: nn.Module, hidden: Tensor, mask: Tensor, rope: tuple[Tensor, Tensor],
                    start: int) -> Tensor:
@@ -183,22 +305,39 @@ def top_block_tail(layer: nn.Module, hidden: Tensor, mask: Tensor, rope: tuple[T
     of the top block's work and memory on long prompts. `mask` is the (B, 1, S, S) mask the block would get
     (bool or additive), `rope` the model's (cos, sin), each (B, S, D).
     """
-    attn = layer.self_attn
-    B, S, _ = hidden.shape
-    R, D = S - start, attn.head_dim
     x = layer.input_layernorm(hidden)                                             # (B, S, H)
-    q = attn.q_proj(x[:, start:]).view(B, R, -1, D)                               # (B, R, Hq, D)
-    k = attn.k_proj(x).view(B, S, -1, D)                                          # (B, S, Hkv, D)
-    v = attn.v_proj(x).view(B, S, -1, D).transpose(1, 2)                          # (B, Hkv, S, D)
-    if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm over each head's query and key
-        q, k = attn.q_norm(q), attn.k_norm(k)
     cos, sin = rope
-    q = _rotate(q.transpose(1, 2), cos[:, start:], sin[:, start:])              # (B, Hq, R, D)
-    k = _rotate(k.transpose(1, 2), cos, sin)                                      # (B, Hkv, S, D)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, :, start:], scale=attn.scaling,
+    k, v = _keys_values(layer.self_attn, x, cos, sin)                             # (B, Hkv, S, D) each
+    return _block_at(layer, hidden[:, start:], x[:, start:], k, v, mask[:, :, start:], cos[:, start:],
+                     sin[:, start:])
+
+
+def _keys_values(attn: nn.Module, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """A Llama-like attention's keys (rotated) and values, (B, Hkv, L, D) each, for its normed input `x` (B, L, H) at
+    the positions of `cos`, `sin` (B, L, D)."""
+    B, L, _ = x.shape
+    k = attn.k_proj(x).view(B, L, -1, attn.head_dim)                              # (B, L, Hkv, D)
+    if hasattr(attn, "k_norm"):  # Qwen3: RMSNorm over each head's key
+        k = attn.k_norm(k)
+    v = attn.v_proj(x).view(B, L, -1, attn.head_dim).transpose(1, 2)              # (B, Hkv, L, D)
+    return _rotate(k.transpose(1, 2), cos, sin), v
+
+
+def _block_at(layer: nn.Module, hidden: Tensor, x: Tensor, k: Tensor, v: Tensor, mask: Tensor, cos: Tensor,
+              sin: Tensor) -> Tensor:
+    """A Llama-like block's output at R positions, (B, R, H), from their input `hidden` (B, R, H), its norm `x`, the
+    keys and values `k`, `v` (B, Hkv, S, D) of every position they may attend to, their rows of the mask
+    (B, 1, R, S) and their rotary (cos, sin), (B, R, D) each."""
+    attn = layer.self_attn
+    B, R, _ = hidden.shape
+    q = attn.q_proj(x).view(B, R, -1, attn.head_dim)                              # (B, R, Hq, D)
+    if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm over each head's query
+        q = attn.q_norm(q)
+    q = _rotate(q.transpose(1, 2), cos, sin)                                      # (B, Hq, R, D)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling,
                                          dropout_p=attn.attention_dropout if attn.training else 0.0,
                                          enable_gqa=q.shape[1] != k.shape[1])     # (B, Hq, R, D)
-    hidden = hidden[:, start:] + attn.o_proj(out.transpose(1, 2).reshape(B, R, -1))  # (B, R, H)
+    hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(B, R, -1))          # (B, R, H)
     return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
 
 

@@ -98,6 +98,10 @@ LOG_METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("trunk_cache_mb", "charts", "trunk cache (MiB)", "PPO with `model.train_layers`: the cache's size after "
                                                             "the collection (at most `model.trunk_cache_mb`, plus "
                                                             "the rollout's own entries)"),
+    Metric("trunk_prefix_share", "charts", "trunk prefix share", "PPO with `model.prefix_cache_mb`: share of the "
+                                                                     "collection's new prompts' tokens whose frozen "
+                                                                     "blocks' keys and values came from a kept "
+                                                                     "prompt that began as they do"),
     Metric("first_ratio_dev", "losses", "first minibatch max |ratio - 1|",
            "PPO: max |ratio - 1| on the update's first minibatch, 0 up to rounding when collection and update "
            "compute alike"),
