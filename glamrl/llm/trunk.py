@@ -156,10 +156,13 @@ class FrozenTrunk:
         prefix kept in the prefix store is read from it, and the frozen blocks run on the columns after it only.
 
         The batch runs its last W columns, W the most new tokens of any row; a row with fewer runs some of its kept
-        columns too, whose keys and values are then taken from the store (their outputs are dropped). Every row's
-        prompt is kept, in a collection or not (an evaluation's prompts share prefixes too; the store keeps its
-        budget). Keys and values stay in the blocks' compute dtype, hidden states in the cache's."""
+        columns too, whose keys and values are then taken from the store (their outputs are dropped). Each kept
+        prefix is read once per batch, into every frozen block's keys and values. Every row's prompt is kept, in a
+        collection or not (an evaluation's prompts share prefixes too; the store keeps its budget). Keys and values
+        stay in the blocks' compute dtype, hidden states in the cache's."""
         backbone, store = self.model.base_model, self.prefixes
+        layers = backbone.layers[:self.split]
+        attn = layers[0].self_attn
         b, S = ids.shape
         n = (lengths - (S - width)).tolist()                                      # prompt tokens per row
         host = ids[:, :width].cpu().numpy()                                      # one copy from the device
@@ -172,32 +175,28 @@ class FrozenTrunk:
         store.reused += sum(c for _, c in found)
         store.computed += sum(n) - sum(c for _, c in found)
 
-        def kept(read: Callable[[_Prefix], Tensor], fresh: Tensor) -> Tensor:
-            """`fresh` (b, ..., W, X), computed at the last W columns, where a row runs them, and `read(entry)`
-            (..., c, X) of the row's kept prefix at its columns: (b, ..., S, X), zero at padding."""
-            out = fresh.new_zeros(*fresh.shape[:-2], S, fresh.shape[-1])
-            for r, (entry, c) in enumerate(found):
-                if c:
-                    out[r, ..., width - n[r]:width - n[r] + c, :] = read(entry)[..., :c, :]
-            where = runs.view(b, *[1] * (fresh.dim() - 3), -1, 1)                # (b, ..., W, 1)
-            out[..., start:, :] = torch.where(where, fresh, out[..., start:, :])
-            return out
-
         hidden = backbone.embed_tokens(ids[:, start:])                           # (b, W, H)
         cos, sin = backbone.rotary_emb(hidden, position_ids=pos)                 # (b, S, D) each
-        keys_values = []                                                         # (b, 2, Hkv, width, D) per block
-        for i, layer in enumerate(backbone.layers[:self.split]):
+        cos, sin = cos[:, start:], sin[:, start:]                                # (b, W, D) each
+        kv = hidden.new_zeros(len(layers), 2, b, attn.k_proj.out_features // attn.head_dim, S, attn.head_dim)
+        out = hidden.new_zeros(b, S, hidden.shape[-1])                           # (b, S, H) zero at padding
+        for r, (entry, c) in enumerate(found):                                   # the kept prefixes, read once
+            if c:
+                kept = slice(width - n[r], width - n[r] + c)
+                kv[:, :, r, :, kept] = entry.keys_values[..., :c, :]              # (split, 2, Hkv, c, D)
+                out[r, kept] = entry.hidden[:c]
+        new = runs[:, None, :, None]                                             # (b, 1, W, 1)
+        for i, layer in enumerate(layers):
             x = layer.input_layernorm(hidden)                                    # (b, W, H)
-            k_new, v_new = _keys_values(layer.self_attn, x, cos[:, start:], sin[:, start:])  # (b, Hkv, W, D) each
-            k = kept(lambda e: e.keys_values[i, 0], k_new)                       # (b, Hkv, S, D)
-            v = kept(lambda e: e.keys_values[i, 1], v_new)                       # (b, Hkv, S, D)
-            keys_values.append(torch.stack([k[..., :width, :], v[..., :width, :]], 1))
-            hidden = _block_at(layer, hidden, x, k, v, mask[:, :, start:], cos[:, start:], sin[:, start:])
-        out = kept(lambda e: e.hidden, hidden)                                   # (b, S, H)
+            k, v = kv[i, 0], kv[i, 1]                                             # (b, Hkv, S, D) views
+            k_new, v_new = _keys_values(layer.self_attn, x, cos, sin)             # (b, Hkv, W, D) each
+            k[..., start:, :] = torch.where(new, k_new, k[..., start:, :])
+            v[..., start:, :] = torch.where(new, v_new, v[..., start:, :])
+            hidden = _block_at(layer, hidden, x, k, v, mask[:, :, start:], cos, sin)
+        out[:, start:] = torch.where(runs[..., None], hidden, out[:, start:])
         for r in range(b):
             rows = slice(width - n[r], width)
-            store.add(prompts[r], torch.stack([kv[r, :, :, rows] for kv in keys_values]),  # (split, 2, Hkv, n, D)
-                      out[r, rows].to(self.cache_dtype))                         # (n, H)
+            store.add(prompts[r], kv[:, :, r, :, rows], out[r, rows].to(self.cache_dtype))  # (split, 2, Hkv, n, D)
         return out
 
     # ---------------------------------------------------------------------- seq2seq
