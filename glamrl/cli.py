@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -542,12 +543,27 @@ def cmd_plot(args: argparse.Namespace) -> None:
                     smooth=args.smooth or 1))
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, a scheduler's time limit), raised in the main thread so that it stops a command as Ctrl-C
+    does, with one line and an exit status, rather than killing the process mid-line; a run resumes from its
+    last checkpoint either way (checkpoints are written atomically)."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command. The error boundary: bad input (a GlamrlError) and the disk refusing a write print one
-    `glamrl: error:` line and exit 2; anything else is a bug and keeps its traceback."""
+    `glamrl: error:` line and exit 2; Ctrl-C and SIGTERM print one line and exit 130 and 143 (128 + the signal,
+    as a shell reports it); anything else is a bug and keeps its traceback."""
     args = build_parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         args.command_fn(args)
+    except Terminated:
+        print("glamrl: terminated (SIGTERM); a run resumes from its last checkpoint", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("glamrl: interrupted", file=sys.stderr)
         return 130
@@ -560,6 +576,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"glamrl: error: cannot write {err.filename or 'a file'}: {reason}", file=sys.stderr)
         return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)  # given back to a caller that runs main() in its process (tests)
     return 0
 
 

@@ -37,6 +37,7 @@ import json
 import math
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -423,8 +424,12 @@ def run_command(name: str, command: list[str], task: int, say=print) -> None:
     `ExperimentError` naming the run `name`."""
     say(f"[{task}] {name}: {shlex.join(command[1:])}")
     done = subprocess.run(command)
-    if done.returncode != 0:
-        raise ExperimentError(f"run {name} failed (exit {done.returncode}); rerun the experiment to resume it")
+    if done.returncode == 0:
+        return
+    stopped = {130: "interrupted", 128 + signal.SIGTERM: "terminated", -signal.SIGINT: "interrupted",
+               -signal.SIGTERM: "terminated", -signal.SIGKILL: "killed"}.get(done.returncode)
+    what = f"was {stopped}" if stopped else "failed"
+    raise ExperimentError(f"run {name} {what} (exit {done.returncode}); rerun the experiment to resume it")
 
 
 SLURM_TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}")

@@ -1,10 +1,14 @@
 """The `glamrl` command as a user runs it: real subprocesses, real envs."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
+
+from glamrl.run.dir import RunDir
 
 
 def glamrl(*args, timeout=300):
@@ -67,3 +71,27 @@ def test_train_then_eval_and_plot_a_run(tmp_path):
     assert done.returncode == 0, done.stderr
     done = glamrl("plot", str(run), "--out", str(tmp_path / "p.png"))
     assert done.returncode == 0 and (tmp_path / "p.png").exists()
+
+
+def test_sigterm_stops_training_with_one_line_and_the_run_resumes(tmp_path):
+    run, cfg = tmp_path / "run", tmp_path / "tiny.yaml"
+    cfg.write_text("env:\n  id: BabyAI-TurnToObject-v0\n  num_envs: 2\nmodel:\n  name: tiny-t5\n  device: cpu\n"
+                   "ppo:\n  total_frames: 100000\n  num_steps: 4\n  minibatch_size: 4\n  epochs: 1\n"
+                   "run:\n  tensorboard: false\n")
+    proc = subprocess.Popen([sys.executable, "-m", "glamrl.cli", "train", "--config", str(cfg), "--run-dir", str(run),
+                             "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log, start = run / "log.csv", time.monotonic()
+    while not (log.exists() and len(log.read_text().splitlines()) >= 3):  # two updates logged: training, not loading
+        assert proc.poll() is None and time.monotonic() - start < 240, "training ended or never logged an update"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)  # as `kill` and a scheduler's time limit stop a job
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "glamrl: terminated (SIGTERM)" in err and "Traceback" not in err
+    bad = glamrl("train", "--run-dir", str(run), "ppo.total_frames=1.5")  # the command line's error, not the run's
+    assert bad.returncode == 2 and "ppo.total_frames must be int" in bad.stderr and "saved config" not in bad.stderr
+    frames = int(RunDir(run).read_log()[-1]["frames"])
+    done = glamrl("train", "--run-dir", str(run), "--no-progress", f"ppo.total_frames={frames + 16}")
+    assert done.returncode == 0, done.stderr
+    rows = RunDir(run).read_log()
+    assert [r["update"] for r in rows] == list(range(1, len(rows) + 1)) and rows[-1]["frames"] == frames + 16

@@ -4,7 +4,9 @@ a report of curves and times to the target, and a SLURM array of the same runs."
 import hashlib
 import json
 import math
+import re
 import shlex
+import signal
 import subprocess
 from pathlib import Path
 import sys
@@ -12,7 +14,7 @@ import sys
 import pytest
 
 from glamrl.cli import main
-from glamrl.experiment import last_episodes, time_to_target
+from glamrl.experiment import ExperimentError, last_episodes, run_command, time_to_target
 from glamrl.stats import METRICS
 from glamrl.run.dir import RunDir
 
@@ -496,3 +498,15 @@ def test_bad_references_and_smoothing_are_one_line(tmp_path, capsys, extra, mess
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("code", "said"), [
+    ("os.kill(os.getpid(), signal.SIGTERM)", "was terminated (exit -15)"),  # a process the signal killed
+    ("sys.exit(128 + signal.SIGTERM)", "was terminated (exit 143)"),  # glamrl's own exit on SIGTERM
+    ("sys.exit(130)", "was interrupted (exit 130)"),
+    ("sys.exit(1)", "failed (exit 1)"),
+])
+def test_a_run_stopped_by_a_signal_is_said_stopped_not_failed(code, said):
+    command = [sys.executable, "-c", f"import os, signal, sys; {code}"]
+    with pytest.raises(ExperimentError, match=rf"run tiny-seed1 {re.escape(said)}; rerun the experiment to resume it"):
+        run_command("tiny-seed1", command, 0, say=lambda line: None)

@@ -274,10 +274,13 @@ class RunDir:
             return None
         try:
             saved = with_saved_defaults(without_resolved(load_yaml(self.config)))
-            return from_dict(TrainConfig, apply_overrides(saved, overrides))
+            as_saved = from_dict(TrainConfig, saved)
         except ConfigError as err:
             raise ConfigError(f"{err} (in the run's saved config {self.config}; fix it or start afresh with "
                               f"--overwrite)") from None
+        if not overrides:
+            return as_saved
+        return from_dict(TrainConfig, apply_overrides(saved, overrides))  # a bad override: the command line's error
 
     def resolve_config(self, cfg: TrainConfig | None, overrides: Sequence[str] = (), overwrite: bool = False,
                        command: str = "glamrl train") -> tuple[TrainConfig, bool]:
