@@ -13,10 +13,11 @@ update, 4 epochs, minibatch 64) with `prompt.nbr_obs=3` (an override replaces it
 level, for `--updates` updates, each variant in its own subprocess through `glamrl.trainers.ppo.train_ppo`, as
 `glamrl train` runs it.
 Steady state: the updates after the first. Variants: `before` (the frozen trunk runs its top block at every
-position and every new prompt's frozen blocks whole, as until 2026-12-04: `top_block_tail_matches` answers no,
-`model.prefix_cache_mb=0`), `tail` (the top block at the last prompt token and the action tokens only,
-`glamrl.llm.trunk.top_block_tail`, as until 2026-12-06) and `after` (today's defaults: also the prefix store,
-`glamrl.llm.trunk.PrefixStore`). The results page keeps the 2026-12-02 run, whose `before` was
+position and every new prompt's frozen blocks whole, eager, as until 2026-12-04: `top_block_tail_matches` answers
+no, `model.prefix_cache_mb=0 model.compile=false`), `tail` (the top block at the last prompt token and the
+action tokens only, `glamrl.llm.trunk.top_block_tail`, eager, as until 2026-12-06) and `after` (today's
+defaults: with one observation the prefix store, `glamrl.llm.trunk.PrefixStore`; with several, compiled blocks,
+`model.compile=auto`). The overrides given come after a variant's own settings, so they win. The results page keeps the 2026-12-02 run, whose `before` was
 `run.reuse_memory=false`.
 
 FLOPs per frame, as benchmarks/glam_config.py counts them (dense attention, padding not counted), with P the
@@ -91,8 +92,8 @@ def run_variant(level: str, variant: str, updates: int, model: str, overrides: l
 
     if variant == "before":  # this child process's trunks run the top block at every position
         trunk.top_block_tail_matches = lambda model: False
-    store = [] if variant == "after" else ["model.prefix_cache_mb=0"]
-    cfg = level_config(level, model, [*overrides, *store, f"ppo.total_frames={256 * updates}"])
+    then = [] if variant == "after" else ["model.prefix_cache_mb=0", "model.compile=false"]  # as they ran
+    cfg = level_config(level, model, [*then, *overrides, f"ppo.total_frames={256 * updates}"])
     with tempfile.TemporaryDirectory() as tmp:
         train_ppo(cfg, Path(tmp) / "run", progress=False, say=lambda _: None)
         rows = RunDir(Path(tmp) / "run").read_log()

@@ -171,8 +171,8 @@ class ModelConfig:
     one line. auto: true for models of at least 50M parameters (glamrl.llm.compiled.AUTO_MIN_PARAMETERS;
     SmolLM2-135M has 134.5M, the tiny test models far fewer: compiling costs seconds whatever the size, and
     small models never earn them back) where inductor compiles here (its toolchain found and a one-block trial
-    compile run once per process), except with model.train_layers on a CPU (make run: 24.7 s per update compiled,
-    24.5 s eager, after 51 s of compiling); false elsewhere. The choice is logged and recorded under `resolved`
+    compile run once per process), except with model.train_layers on a CPU and one observation per prompt
+    (prompt.nbr_obs=1: the prefix store, off where blocks compile, gains more there); false elsewhere. The choice is logged and recorded under `resolved`
     in RUN_DIR/config.yaml. false: eager."""
     device: str = "auto"
     """cpu, cuda, cuda:N or auto (cuda when available)."""

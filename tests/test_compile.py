@@ -2,6 +2,7 @@
 line and recorded; true where inductor cannot work stops in one line; the first update's compile time is said once.
 (tests/test_numerics.py checks that compiled blocks compute what eager ones do.)"""
 
+import dataclasses
 import re
 
 import pytest
@@ -62,13 +63,17 @@ def test_auto_compiles_every_block_of_a_large_enough_model_where_inductor_works(
 
 
 @pytest.mark.usefixtures("large")
-def test_auto_keeps_train_layers_on_a_cpu_eager(monkeypatch):
+def test_auto_compiles_train_layers_on_a_cpu_only_with_several_observations(monkeypatch):
+    config = ModelConfig(name="tiny-llama", device="cpu", train_layers=1)
+    glam = LLMPolicy(config, observations=3)  # GLAM's 3 observations: compiled, the prefix store off
+    assert glam.compiled_blocks is not None and glam.trunk.prefixes is None
+    assert glam.resolved["model.compile"].value == "true"
     monkeypatch.setattr(compiled, "inductor_problem", lambda device: pytest.fail("probed inductor"))
-    policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu", train_layers=1))
-    assert policy.compiled_blocks is None
-    assert policy.resolved["model.compile"].why.startswith("auto: model.train_layers=1 on a CPU")
+    policy = LLMPolicy(config)  # one: eager, with the store
+    assert policy.compiled_blocks is None and policy.trunk.prefixes is not None
+    assert policy.resolved["model.compile"].why.startswith("auto: model.train_layers=1 on a CPU with one observation")
     monkeypatch.undo()
-    forced = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu", train_layers=1, compile=True))
+    forced = LLMPolicy(dataclasses.replace(config, compile=True))
     assert forced.compiled_blocks is not None
 
 

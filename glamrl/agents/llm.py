@@ -86,7 +86,7 @@ class LLMAgent:
 
 def build_model(cfg: TrainConfig) -> LLMPolicy:
     """agent.kind=llm's network (the registry's entry point): model.* scoring the prompt's action names."""
-    return LLMPolicy(cfg.model, len(cfg.prompt.actions))
+    return LLMPolicy(cfg.model, len(cfg.prompt.actions), cfg.prompt.nbr_obs)
 
 
 def build_agent(r: AgentRequest) -> LLMAgent:

@@ -72,7 +72,9 @@ class PolicyOutput:
 class LLMPolicy(nn.Module):
     """π(a | prompt) = softmax over actions of their text log-likelihood (or of the NPAE heads' logits)."""
 
-    def __init__(self, config: ModelConfig, num_actions: int = len(ACTION_NAMES)) -> None:
+    def __init__(self, config: ModelConfig, num_actions: int = len(ACTION_NAMES), observations: int = 1) -> None:
+        """`observations`: the observations per prompt (prompt.nbr_obs), for `model.compile=auto`
+        (glamrl.llm.compiled.choose_compile)."""
         super().__init__()
         loaded = load_model(config)
         self.config = config
@@ -81,7 +83,7 @@ class LLMPolicy(nn.Module):
         self.compute_dtype, why = choose_compute_dtype(config, loaded.device)
         # what the settings became on this machine (auto ones included): logged and kept in RUN_DIR/config.yaml
         self.resolved = {"model.compute_dtype": Resolved(str(self.compute_dtype).removeprefix("torch."), why)}
-        compiling, why = choose_compile(config, loaded.model, loaded.device)  # model.compile=true may refuse here
+        compiling, why = choose_compile(config, loaded.model, loaded.device, observations)  # true may refuse here
         self.resolved["model.compile"] = Resolved(str(compiling).lower(), why)
         checkpointing, why = choose_checkpointing(config)
         if checkpointing:
