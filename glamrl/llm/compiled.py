@@ -20,8 +20,9 @@ the action tokens stay eager (a small share of the FLOPs).
 (a C++ compiler for the CPU backend, Triton for CUDA) and a one-block trial compiles and runs (once per
 process and device). With `model.train_layers` on a CPU it compiles only prompts of several observations: with
 one, the prefix store (off where blocks compile) gained more than compiling; with GLAM's 3, compiled blocks
-ran 1.21x faster than the store on GoToLocal (docs/results.md, "Before against after, in one run"). Compiling costs seconds to minutes per kind of pass whatever the model's size, while
-what it saves grows with the model's FLOPs: the tiny test models would spend more compiling than they save.
+ran 1.21x faster than the store on GoToLocal (docs/results.md, "Before against after, in one run").
+Compiling costs seconds to minutes per kind of pass whatever the model's size, while what it saves grows with
+the model's FLOPs: the tiny test models would spend more compiling than they save.
 """
 
 from __future__ import annotations
