@@ -67,6 +67,11 @@ def writing(path: Path) -> Iterator[None]:
     except GlamrlError:
         raise
     except Exception as err:  # torch and safetensors raise their own types; anything else is re-raised as it is
+        cause = err.__context__
+        while cause is not None and not isinstance(cause, KeyboardInterrupt):
+            cause = cause.__context__
+        if cause is not None:  # Ctrl-C or SIGTERM (glamrl.cli) inside torch's writer, which wrapped it: not the disk
+            raise cause from None
         reason = disk_failure(err)
         if reason is None:
             raise

@@ -1,3 +1,4 @@
+import io
 import os
 import random
 import signal
@@ -5,11 +6,13 @@ import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from glamrl.files import writing
 from glamrl.run.checkpoint import (Checkpoint, CheckpointError, Progress, load_checkpoint, rng_state, save_checkpoint,
                                    set_rng_state)
 from glamrl.run.dir import RunDir
@@ -211,3 +214,19 @@ def test_locking_a_run_removes_the_temporaries_its_killed_writers_left(tmp_path)
         assert [p for p in left if p.exists()] == []
         assert live.exists()
     assert load_checkpoint(*_files(run))["update"] == 3
+
+
+def test_an_interrupt_inside_torchs_writer_stays_an_interrupt_not_a_disk_failure():
+    class Interrupted(io.BytesIO):
+        """A file whose fourth write meets Ctrl-C (or SIGTERM, which glamrl.cli raises as one)."""
+        writes = 0
+
+        def write(self, data):
+            self.writes += 1
+            if self.writes > 3:
+                raise KeyboardInterrupt
+            return super().write(data)
+
+    with pytest.raises(KeyboardInterrupt):  # torch wraps it in a RuntimeError that reads as a failed write
+        with writing(Path("unused.pt")):
+            torch.save({"w": torch.randn(100_000)}, Interrupted())
