@@ -202,6 +202,9 @@ def main() -> None:
     parser.add_argument("--no-profile", action="store_true", help="skip the per-kind profile")
     parser.add_argument("--child", nargs=2, metavar=("LEVEL", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    # `--levels X model.k=v` hands the override to --levels (nargs="*"): a dotted key=value is never a level
+    args.overrides += [a for a in args.levels if "=" in a]
+    args.levels = [a for a in args.levels if "=" not in a]
     if args.child:
         print(json.dumps(run_variant(*args.child, args.updates, args.model, args.overrides)))
         return

@@ -197,3 +197,24 @@ def test_plot_command_refuses_metrics_with_probes(runs, capsys):
 
 def test_a_metric_glamrl_logs_elsewhere_is_drawn_empty_not_refused(runs, tmp_path):
     assert plot_runs(runs, tmp_path / "q.png", metrics=("q_mean",)).exists()  # DRRN's, absent from these PPO logs
+
+
+def test_many_panels_wrap_into_rows_with_the_legend_off_the_curves(tmp_path, monkeypatch):
+    """Five task kinds: two rows of three on one x range, the sixth axis hidden and holding every legend entry
+    (each panel's baselines included); two metrics: one row, the legend right of the last panel."""
+    tasks = ("go_to", "pick_up", "open", "put_next", "pick_up_seq_go_to")
+    run = _logged_run(tmp_path, [{"update": u, "frames": 8 * u, **{f"success_rate_{t}": 0.5 for t in tasks}}
+                                 for u in range(1, 4)])
+    figures = _drawn(monkeypatch)
+    metrics = [f"success_rate_{t}" for t in tasks]
+    plot_runs([run], tmp_path / "p.png", metrics=metrics, baselines={"random": {"success_rate_open": 0.1}})
+    axes = figures[0].axes
+    assert len(axes) == 6 and [ax.get_subplotspec().rowspan.start for ax in axes] == [0, 0, 0, 1, 1, 1]
+    assert [ax.get_title() for ax in axes[:5]] == ["success rate: go to", "success rate: pick up", "success rate: open",
+                                                   "success rate: put next", "success rate: pick up, then go to"]
+    assert not axes[5].axison and all(ax.get_legend() is None for ax in axes[:5])
+    assert [t.get_text() for t in axes[5].get_legend().get_texts()] == [agent_label(run) + ": run", "random"]
+    assert axes[4].get_xlim() == axes[0].get_xlim() and axes[0].get_xticklabels()[0].get_visible()
+    plot_runs([run], tmp_path / "p.png", metrics=metrics[:2])
+    first, last = figures[1].axes
+    assert first.get_legend() is None and last.get_legend() is not None

@@ -38,6 +38,7 @@ GRID_POINTS = 200
 SUFFIXES = (".png", ".pdf", ".svg")  # the figure formats `plot --out` takes
 DEFAULT_METRICS = ("success_rate", "return_mean")
 BASELINE_DASHES = ("--", ":", "-.")  # one per baseline, in turn
+MAX_COLUMNS = 3  # more metrics than this wrap onto further rows
 
 
 class UnknownMetricError(GlamrlError, ValueError):
@@ -189,7 +190,8 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
               baselines: dict[str, dict[str, float]] | None = None, smooth: int = 1,
               group_by: Callable[[Path], Hashable] = config_key) -> Path:
     """Plot `metrics` (log.csv columns) against `x` (a column, or "minutes" of wall clock) for the runs, one
-    subplot per metric titled by its label; return the PNG path. `smooth`: each run's curve is the moving
+    subplot per metric titled by its label (at most `MAX_COLUMNS` a row, all on one x range; the legend in a spare
+    subplot where the last row has one, else right of the last); return the PNG path. `smooth`: each run's curve is the moving
     average of its last `smooth` points (1: as logged), pooled over their episodes where `row_episodes` counts
     them; those curves shade their rows before `first_time_out`. The runs of a group (`group_runs` by `group_by`: by
     default the same config but env.seed) are drawn as their mean and range. `labels` names a group by its
@@ -205,8 +207,13 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
     logs = {run: RunDir(run).read_log() for group in groups for run in group}
     check_metrics(metrics, list(logs.values()))
     time_outs = {group[0]: first_time_out(group[0], logs[group[0]], x) for group in groups}  # seeds share a config
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
-    for ax, metric in zip(axes[0], metrics):
+    columns = min(len(metrics), MAX_COLUMNS)
+    rows = -(-len(metrics) // columns)
+    legend_width = 0 if rows * columns > len(metrics) else 4  # inches right of the last panel, where no spare one
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns + legend_width, 4 * rows), squeeze=False,
+                             sharex=True)
+    panels, spare = axes.flat[:len(metrics)], axes.flat[len(metrics):]  # a grid's last row may have spare axes
+    for ax, metric in zip(panels, metrics):
         for group in groups:
             legend = (labels or {}).get(group[0]) or f"{agent_label(group[0])}: {', '.join(run.name for run in group)}"
             episodic = metric in POOLED or metric.startswith("success_rate_")
@@ -218,8 +225,15 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
         ax.set(xlabel="wall-clock minutes" if x == "minutes" else label(x), title=label(metric),
                ylabel=metric if smooth == 1 else f"{metric} (moving average of {smooth})")
         ax.grid(alpha=0.3)
-    if axes[0][0].get_legend_handles_labels()[0]:  # no curve yet when no episode has ended
-        axes[0][0].legend(fontsize="small")
+        ax.tick_params(labelbottom=True)  # sharex hides the upper rows' ticks
+    entries = {name: handle for ax in panels for handle, name in zip(*ax.get_legend_handles_labels())}
+    for ax in spare:
+        ax.axis("off")
+    if entries and len(spare):  # no curve yet when no episode has ended; the legend kept off the curves
+        spare[0].legend(entries.values(), entries.keys(), fontsize="small", loc="center")
+    elif entries:
+        panels[-1].legend(entries.values(), entries.keys(), fontsize="small", loc="upper left",
+                          bbox_to_anchor=(1.02, 1.0))
     return save_figure(fig, out)
 
 

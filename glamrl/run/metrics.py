@@ -125,8 +125,12 @@ def tag(name: str) -> str:
 
 
 def label(name: str) -> str:
-    """A plot's title for a logged name: its label, or the name itself when it is unlisted."""
+    """A plot's title for a logged name: its label (success_rate_TASK: "success rate: TASK" in words, e.g.
+    "success rate: pick up, then go to"), or the name itself when it is unlisted."""
     metric = LOG_METRICS.get(name)
+    if metric is None and name.startswith("success_rate_"):
+        task = name.removeprefix("success_rate_").replace("_seq_", ", then ").replace("_", " ")
+        return f"{LOG_METRICS['success_rate'].label}: {task}"
     return metric.label if metric else name
 
 
