@@ -189,13 +189,13 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
               metrics: Sequence[str] = DEFAULT_METRICS, labels: dict[Path, str] | None = None,
               baselines: dict[str, dict[str, float]] | None = None, smooth: int = 1,
               group_by: Callable[[Path], Hashable] = config_key) -> Path:
-    """Plot `metrics` (log.csv columns) against `x` (a column, or "minutes" of wall clock) for the runs, one
-    subplot per metric titled by its label (at most `MAX_COLUMNS` a row, all on one x range; the legend in a spare
-    subplot where the last row has one, else right of the last); return the PNG path. `smooth`: each run's curve is the moving
-    average of its last `smooth` points (1: as logged), pooled over their episodes where `row_episodes` counts
-    them; those curves shade their rows before `first_time_out`. The runs of a group (`group_runs` by `group_by`: by
-    default the same config but env.seed) are drawn as their mean and range. `labels` names a group by its
-    first run (default: agent, model, level and run names); `baselines` draws {label: {metric: value}} as
+    """Plot `metrics` (log.csv columns) against `x` (a column, or "minutes" of wall clock) for the runs, one subplot
+    per metric titled by its label (at most `MAX_COLUMNS` a row, all on one x range; the legend in a spare subplot
+    where the last row has one, else right of the last); return the PNG path. `smooth`: each run's curve is the
+    moving average of its last `smooth` points (1: as logged), pooled over their episodes where `row_episodes`
+    counts them; those curves shade their rows before `first_time_out`. The runs of a group (`group_runs` by
+    `group_by`: by default the same config but env.seed) are drawn as their mean and range. `labels` names a group
+    by its first run (default: agent, model, level and run names); `baselines` draws {label: {metric: value}} as
     horizontal lines, each its own dash (evaluated agents).
 
     Raises `LogNotFoundError` naming the run when a run directory has no log.csv, and `UnknownMetricError`
