@@ -218,3 +218,18 @@ def test_many_panels_wrap_into_rows_with_the_legend_off_the_curves(tmp_path, mon
     plot_runs([run], tmp_path / "p.png", metrics=metrics[:2])
     first, last = figures[1].axes
     assert first.get_legend() is None and last.get_legend() is not None
+
+
+def test_every_group_of_many_has_its_own_colour_and_line_style_in_every_panel(tmp_path, monkeypatch):
+    runs = [_run(tmp_path, f"row{i}", 1, 1e-4 * (i + 1), 3) for i in range(16)]  # 16 rows, past the 10 colours
+    figures = _drawn(monkeypatch)
+    plot_runs(runs, tmp_path / "rows.png", metrics=("success_rate", "return_mean"),
+              baselines={"random": {"success_rate": 0.3}})
+    styles = []
+    for ax in figures[0].axes[:2]:
+        curves = [line for line in ax.get_lines() if line.get_label() != "random"]
+        styles.append([(line.get_color(), line.get_linestyle()) for line in curves])
+    assert len(styles[0]) == 16 and len(set(styles[0])) == 16  # no two groups drawn alike
+    assert styles[0] == styles[1]  # a group keeps its look from panel to panel
+    (random,) = [line for line in figures[0].axes[0].get_lines() if line.get_label() == "random"]
+    assert random.get_color() not in {color for color, _ in styles[0]}  # a baseline is not mistaken for a row

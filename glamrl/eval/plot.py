@@ -38,6 +38,7 @@ GRID_POINTS = 200
 SUFFIXES = (".png", ".pdf", ".svg")  # the figure formats `plot --out` takes
 DEFAULT_METRICS = ("success_rate", "return_mean")
 BASELINE_DASHES = ("--", ":", "-.")  # one per baseline, in turn
+GROUP_STYLES = ("-", "--", ":", "-.")  # a group's line style: past matplotlib's 10 colours, the next style
 MAX_COLUMNS = 3  # more metrics than this wrap onto further rows
 
 
@@ -166,17 +167,24 @@ def first_time_out(run_dir: Path, rows: list[dict[str, float]], x: str) -> float
     return None if row is None else row["duration"] / 60 if x == "minutes" else row.get(x)
 
 
+def group_style(index: int) -> dict[str, str]:
+    """The colour and line style of the `index`-th group, the same in every panel: matplotlib's 10 colours
+    with a solid line, then the same colours dashed, dotted and dash-dotted (40 groups told apart)."""
+    return {"color": f"C{index % 10}", "linestyle": GROUP_STYLES[index // 10 % len(GROUP_STYLES)]}
+
+
 def _plot_group(ax: plt.Axes, curves: list[tuple[np.ndarray, np.ndarray]], label: str,
-                time_out: float | None) -> None:
-    """The group's curve (one run's, or their mean and range), and its rows before `first_time_out` shaded."""
+                time_out: float | None, style: dict[str, str]) -> None:
+    """The group's curve (one run's, or their mean and range) in `style`, and its rows before `first_time_out`
+    shaded."""
     curves = [c for c in curves if len(c[0])]
     if len(curves) == 1:
-        ax.plot(*curves[0], label=label)
+        ax.plot(*curves[0], label=label, **style)
     elif curves:
         grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), GRID_POINTS)
         ys = np.stack([np.interp(grid, cx, cy) for cx, cy in curves])  # (runs, GRID_POINTS)
-        (line,) = ax.plot(grid, ys.mean(0), label=f"{label} (mean of {len(curves)})")
-        ax.fill_between(grid, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.2)
+        ax.plot(grid, ys.mean(0), label=f"{label} (mean of {len(curves)})", **style)
+        ax.fill_between(grid, ys.min(0), ys.max(0), color=style["color"], alpha=0.2)
     start = min(c[0][0] for c in curves) if curves else None
     if time_out is not None and start is not None and time_out > start:
         spans = {(p.get_x(), p.get_x() + p.get_width()) for p in ax.patches if p.get_label() in SPAN_LABELS}
@@ -194,9 +202,10 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
     where the last row has one, else right of the last); return the PNG path. `smooth`: each run's curve is the
     moving average of its last `smooth` points (1: as logged), pooled over their episodes where `row_episodes`
     counts them; those curves shade their rows before `first_time_out`. The runs of a group (`group_runs` by
-    `group_by`: by default the same config but env.seed) are drawn as their mean and range. `labels` names a group
-    by its first run (default: agent, model, level and run names); `baselines` draws {label: {metric: value}} as
-    horizontal lines, each its own dash (evaluated agents).
+    `group_by`: by default the same config but env.seed) are drawn as their mean and range, each group in its own
+    colour and line style (`group_style`). `labels` names a group by its first run (default: agent, model, level
+    and run names); `baselines` draws {label: {metric: value}} as horizontal black lines, each its own dash
+    (evaluated agents).
 
     Raises `LogNotFoundError` naming the run when a run directory has no log.csv, and `UnknownMetricError`
     listing the columns for a metric that no log holds and glamrl never logs.
@@ -214,14 +223,14 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
                              sharex=True)
     panels, spare = axes.flat[:len(metrics)], axes.flat[len(metrics):]  # a grid's last row may have spare axes
     for ax, metric in zip(panels, metrics):
-        for group in groups:
+        for index, group in enumerate(groups):
             legend = (labels or {}).get(group[0]) or f"{agent_label(group[0])}: {', '.join(run.name for run in group)}"
             episodic = metric in POOLED or metric.startswith("success_rate_")
             _plot_group(ax, [_curve(logs[run], x, metric, smooth) for run in group], legend,
-                        time_outs[group[0]] if episodic else None)
+                        time_outs[group[0]] if episodic else None, group_style(index))
         for (name, values), dash in zip((baselines or {}).items(), itertools.cycle(BASELINE_DASHES)):
             if metric in values:
-                ax.axhline(values[metric], linestyle=dash, color="grey", label=name)
+                ax.axhline(values[metric], linestyle=dash, color="black", label=name)  # grey is C7
         ax.set(xlabel="wall-clock minutes" if x == "minutes" else label(x), title=label(metric),
                ylabel=metric if smooth == 1 else f"{metric} (moving average of {smooth})")
         ax.grid(alpha=0.3)
