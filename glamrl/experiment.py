@@ -20,7 +20,8 @@ evaluation-only agents, on the same level and episodes.
 The report (OUT/report.md, OUT/success_frames.png, OUT/success_minutes.png): success rate and
 mean episode length of the training episodes against frames and against wall-clock minutes (with the
 evaluated agents and any published `references` as horizontal lines; on a Mixed level also each task kind's
-success, OUT/tasks_frames.png and OUT/tasks_minutes.png), and
+success, OUT/tasks_frames.png and OUT/tasks_minutes.png; each row's success against frames in a panel of its
+own, over the other rows in grey, OUT/rows_frames.png), and
 a table of the frames and minutes each agent took to reach `target` success (the first update
 whose training episodes reached it) and the frames and minutes each trained in all (a capped run
 stops short of the experiment's frames): the IQM over seeds (`--aggregate mean`: the mean; the IQM
@@ -526,9 +527,11 @@ def last_episodes(rows: list[dict[str, float]], episodes: int = TARGET_EPISODES)
 
 def report_files(experiment: Experiment) -> tuple[Path, ...]:
     """OUT/report.md (it starts with `MARKER`), then the plots: OUT/success_frames.png and OUT/success_minutes.png,
-    OUT/tasks_frames.png and OUT/tasks_minutes.png (each task kind's success, on a Mixed level)."""
+    OUT/tasks_frames.png and OUT/tasks_minutes.png (each task kind's success, on a Mixed level), OUT/rows_frames.png
+    (each row's success in a panel of its own)."""
     return (experiment.out / "report.md", *(experiment.out / f"{what}_{x}.png"
-                                            for what in ("success", "tasks") for x in ("frames", "minutes")))
+                                            for what in ("success", "tasks") for x in ("frames", "minutes")),
+            experiment.out / "rows_frames.png")
 
 
 def task_metrics(logs: list[list[dict[str, float]]]) -> list[str]:
@@ -564,7 +567,7 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
     table of the suites played, with `aggregate` ("iqm" or "mean") over seeds and `reps` bootstrap resamples for
     the intervals; returns the files written (`report_files`: the plots only when there are runs to draw; the
     suite's files under OUT/suite/ when runs played one)."""
-    from glamrl.eval.plot import plot_runs
+    from glamrl.eval.plot import plot_rows, plot_runs
     from glamrl.eval.results import estimate, write_results
 
     trained = [(spec, [run_dir(experiment, spec, s) for s in spec.seeds
@@ -586,16 +589,18 @@ def report(experiment: Experiment, aggregate: str = "iqm", reps: int = BOOTSTRAP
     baselines |= {name: {"success_rate": value} for name, value in experiment.references.items()}
     dirs = [d for _, group in trained for d in group]
     labels = {d: spec.name for spec, group in trained for d in group}
-    md, *plots = report_files(experiment)
+    md, *plots, rows_png = report_files(experiment)
     drawn = []
     if dirs:
         tasks = task_metrics([RunDir(d).read_log() for d in dirs])
+        row = labels.__getitem__  # a row's seeds together, whatever init_from
         for metrics, horizontal, pngs in ((("success_rate", "num_frames_mean"), baselines, plots[:2]),
                                           (tasks, per_task, plots[2:] if tasks else [])):
             for png, x in zip(pngs, ("frames", "minutes")):
                 drawn.append(plot_runs(dirs, png, x=x, metrics=metrics, labels=labels, baselines=horizontal,
-                                       smooth=experiment.smooth,
-                                       group_by=labels.__getitem__))  # a row's seeds together, whatever init_from
+                                       smooth=experiment.smooth, group_by=row))
+        drawn.append(plot_rows(dirs, rows_png, labels=labels, baselines=baselines, smooth=experiment.smooth,
+                               group_by=row))
     lines = [f"<!-- {MARKER}: glamrl experiment --report -->", "", f"{AGGREGATE_TITLES[aggregate]} [95% interval: "
              f"rliable's bootstrap over the seeds, {reps} resamples; evaluated agents: over the seeds and their "
              f"episodes, or one seed's episodes]; one seed: its value.", "",

@@ -82,7 +82,8 @@ def test_experiment_trains_skips_resumes_and_reports(tmp_path, capsys, monkeypat
     assert random[2] == "1" and 0 <= low <= success <= high <= 1  # one seed: over its 20 episodes
     assert main(["experiment", str(exp), "--report", "--aggregate", "mean"]) == 0
     assert (out / "report.md").read_text().splitlines()[2].startswith("Mean over seeds [95% interval")
-    assert (out / "success_frames.png").stat().st_size > 0 and (out / "success_minutes.png").stat().st_size > 0
+    for png in ("success_frames", "success_minutes", "rows_frames"):
+        assert (out / f"{png}.png").read_bytes().startswith(b"\x89PNG")
     assert not (out / "tasks_frames.png").exists()  # one task kind: no plot per kind
     capsys.readouterr()
 

@@ -233,3 +233,26 @@ def test_every_group_of_many_has_its_own_colour_and_line_style_in_every_panel(tm
     assert styles[0] == styles[1]  # a group keeps its look from panel to panel
     (random,) = [line for line in figures[0].axes[0].get_lines() if line.get_label() == "random"]
     assert random.get_color() not in {color for color, _ in styles[0]}  # a baseline is not mistaken for a row
+
+
+def test_small_multiples_give_each_row_a_panel_over_the_others_in_grey(runs, tmp_path, monkeypatch):
+    """Two groups (a_s1 with a_s2, and b_lr): two panels titled by their rows, each drawing its own group in its
+    colour and the other in grey, on one x and y range; the legend, right of the last, names the grey rows and the
+    baseline."""
+    a1, b, a2 = runs
+    figures = _drawn(monkeypatch)
+    plot.plot_rows(runs, tmp_path / "rows.png", labels={a1: "base", b: "lr 1e-3"},
+                   baselines={"random": {"success_rate": 0.3}, "bot": {"num_frames_mean": 5.0}})
+    first, second = figures[0].axes
+    assert (first.get_title(), second.get_title()) == ("base (mean of 2)", "lr 1e-3")
+    for ax, own, other in ((first, "C0", "0.85"), (second, "C1", "0.85")):
+        drawn = [line for line in ax.get_lines() if len(line.get_xdata())]
+        colours = [line.get_color() for line in drawn]
+        assert colours == [other, own, "black"]  # the other row first, behind; the row; one baseline (bot has none)
+    base_mean = np.mean([[min(1.0, 0.05 * u + 0.1 * s) for u in range(1, 13)] for s in (1, 2)], axis=0)
+    (base,) = [line for line in first.get_lines() if line.get_color() == "C0"]
+    assert np.interp(64 * 6, base.get_xdata(), base.get_ydata()) == pytest.approx(base_mean[5], abs=1e-9)
+    assert (len(first.collections), len(second.collections)) == (1, 0)  # a band for the row's own seeds only
+    assert first.get_ylim() == second.get_ylim() and first.get_xlim() == second.get_xlim()
+    assert first.get_legend() is None
+    assert [t.get_text() for t in second.get_legend().get_texts()] == ["the other rows", "random"]

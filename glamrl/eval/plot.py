@@ -174,9 +174,9 @@ def group_style(index: int) -> dict[str, str]:
 
 
 def _plot_group(ax: plt.Axes, curves: list[tuple[np.ndarray, np.ndarray]], label: str,
-                time_out: float | None, style: dict[str, str]) -> None:
-    """The group's curve (one run's, or their mean and range) in `style`, and its rows before `first_time_out`
-    shaded."""
+                time_out: float | None, style: dict[str, str], band: bool = True) -> None:
+    """The group's curve (one run's, or their mean and, where `band`, range) in `style`, and its rows before
+    `first_time_out` shaded."""
     curves = [c for c in curves if len(c[0])]
     if len(curves) == 1:
         ax.plot(*curves[0], label=label, **style)
@@ -184,13 +184,67 @@ def _plot_group(ax: plt.Axes, curves: list[tuple[np.ndarray, np.ndarray]], label
         grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), GRID_POINTS)
         ys = np.stack([np.interp(grid, cx, cy) for cx, cy in curves])  # (runs, GRID_POINTS)
         ax.plot(grid, ys.mean(0), label=f"{label} (mean of {len(curves)})", **style)
-        ax.fill_between(grid, ys.min(0), ys.max(0), color=style["color"], alpha=0.2)
+        if band:
+            ax.fill_between(grid, ys.min(0), ys.max(0), color=style["color"], alpha=0.2)
     start = min(c[0][0] for c in curves) if curves else None
     if time_out is not None and start is not None and time_out > start:
         spans = {(p.get_x(), p.get_x() + p.get_width()) for p in ax.patches if p.get_label() in SPAN_LABELS}
         if (start, time_out) not in spans:  # groups of one config share theirs; one legend entry for all
             ax.axvspan(start, time_out, color="grey", alpha=0.12,
                        label=SPAN_LABELS[1] if spans else SPAN_LABELS[0])
+
+
+def _grouped(run_dirs: Sequence[str | os.PathLike], metrics: Sequence[str], x: str, labels: dict[Path, str] | None,
+             group_by: Callable[[Path], Hashable]) -> tuple[list[list[Path]], dict[Path, list], dict[Path, str],
+                                                            dict[Path, float | None]]:
+    """What both plots draw: the groups (`group_runs` by `group_by`), every run's log, each group's legend (by its
+    first run: `labels`, else agent, model, level and run names) and its `first_time_out` (seeds share a config)."""
+    groups = group_runs(run_dirs, group_by)
+    logs = {run: RunDir(run).read_log() for group in groups for run in group}
+    check_metrics(metrics, list(logs.values()))
+    names = {group[0]: (labels or {}).get(group[0]) or f"{agent_label(group[0])}: {', '.join(r.name for r in group)}"
+             for group in groups}
+    time_outs = {group[0]: first_time_out(group[0], logs[group[0]], x) for group in groups}
+    return groups, logs, names, time_outs
+
+
+def _baselines(ax: plt.Axes, baselines: dict[str, dict[str, float]] | None, metric: str) -> None:
+    """The baselines that have `metric` as horizontal black lines, each its own dash (grey is C7, a group's)."""
+    for (name, values), dash in zip((baselines or {}).items(), itertools.cycle(BASELINE_DASHES)):
+        if metric in values:
+            ax.axhline(values[metric], linestyle=dash, color="black", label=name)
+
+
+def _axis_labels(ax: plt.Axes, x: str, metric: str, smooth: int, title: str) -> None:
+    ax.set(xlabel="wall-clock minutes" if x == "minutes" else label(x), title=title,
+           ylabel=metric if smooth == 1 else f"{metric} (moving average of {smooth})")
+    ax.grid(alpha=0.3)
+    ax.tick_params(labelbottom=True)  # sharex hides the upper rows' ticks
+
+
+def _legend(panels: Sequence[plt.Axes], spare: Sequence[plt.Axes]) -> None:
+    """Every panel's legend entries once, in the first spare panel where the grid has one, else right of the last
+    panel: off the curves. No legend where nothing is drawn yet (no episode has ended)."""
+    entries = {name: handle for ax in panels for handle, name in zip(*ax.get_legend_handles_labels())}
+    for ax in spare:
+        ax.axis("off")
+    if entries and len(spare):
+        spare[0].legend(entries.values(), entries.keys(), fontsize="small", loc="center")
+    elif entries:
+        panels[-1].legend(entries.values(), entries.keys(), fontsize="small", loc="upper left",
+                          bbox_to_anchor=(1.02, 1.0))
+
+
+def _grid(panels: int, legend_width: float, size: tuple[float, float] = (5, 4),
+          **shared: bool) -> tuple[plt.Figure, list[plt.Axes], list[plt.Axes]]:
+    """A figure of `panels` axes of `size` inches, at most `MAX_COLUMNS` a row, `legend_width` inches more on the
+    right where the last row has no spare axis for the legend; returns it, the panels and the spare axes."""
+    columns = min(panels, MAX_COLUMNS)
+    rows = -(-panels // columns)
+    width = 0 if rows * columns > panels else legend_width
+    fig, axes = plt.subplots(rows, columns, figsize=(size[0] * columns + width, size[1] * rows), squeeze=False,
+                             **shared)
+    return fig, list(axes.flat[:panels]), list(axes.flat[panels:])
 
 
 def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: str = "frames",
@@ -212,37 +266,49 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
     """
     if smooth < 1:
         raise ValueError(f"plot_runs: smooth must be a window of >= 1 points, got {smooth}")
-    groups = group_runs(run_dirs, group_by)
-    logs = {run: RunDir(run).read_log() for group in groups for run in group}
-    check_metrics(metrics, list(logs.values()))
-    time_outs = {group[0]: first_time_out(group[0], logs[group[0]], x) for group in groups}  # seeds share a config
-    columns = min(len(metrics), MAX_COLUMNS)
-    rows = -(-len(metrics) // columns)
-    legend_width = 0 if rows * columns > len(metrics) else 4  # inches right of the last panel, where no spare one
-    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns + legend_width, 4 * rows), squeeze=False,
-                             sharex=True)
-    panels, spare = axes.flat[:len(metrics)], axes.flat[len(metrics):]  # a grid's last row may have spare axes
+    groups, logs, names, time_outs = _grouped(run_dirs, metrics, x, labels, group_by)
+    fig, panels, spare = _grid(len(metrics), legend_width=4, sharex=True)
     for ax, metric in zip(panels, metrics):
+        episodic = metric in POOLED or metric.startswith("success_rate_")
         for index, group in enumerate(groups):
-            legend = (labels or {}).get(group[0]) or f"{agent_label(group[0])}: {', '.join(run.name for run in group)}"
-            episodic = metric in POOLED or metric.startswith("success_rate_")
-            _plot_group(ax, [_curve(logs[run], x, metric, smooth) for run in group], legend,
+            _plot_group(ax, [_curve(logs[run], x, metric, smooth) for run in group], names[group[0]],
                         time_outs[group[0]] if episodic else None, group_style(index))
-        for (name, values), dash in zip((baselines or {}).items(), itertools.cycle(BASELINE_DASHES)):
-            if metric in values:
-                ax.axhline(values[metric], linestyle=dash, color="black", label=name)  # grey is C7
-        ax.set(xlabel="wall-clock minutes" if x == "minutes" else label(x), title=label(metric),
-               ylabel=metric if smooth == 1 else f"{metric} (moving average of {smooth})")
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelbottom=True)  # sharex hides the upper rows' ticks
-    entries = {name: handle for ax in panels for handle, name in zip(*ax.get_legend_handles_labels())}
-    for ax in spare:
-        ax.axis("off")
-    if entries and len(spare):  # no curve yet when no episode has ended; the legend kept off the curves
-        spare[0].legend(entries.values(), entries.keys(), fontsize="small", loc="center")
-    elif entries:
-        panels[-1].legend(entries.values(), entries.keys(), fontsize="small", loc="upper left",
-                          bbox_to_anchor=(1.02, 1.0))
+        _baselines(ax, baselines, metric)
+        _axis_labels(ax, x, metric, smooth, label(metric))
+    _legend(panels, spare)
+    return save_figure(fig, out)
+
+
+OTHER_ROWS = {"color": "0.85", "linestyle": "-"}  # the other groups behind a panel's own, as context
+
+
+def plot_rows(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: str = "frames",
+              metric: str = "success_rate", labels: dict[Path, str] | None = None,
+              baselines: dict[str, dict[str, float]] | None = None, smooth: int = 1,
+              group_by: Callable[[Path], Hashable] = config_key) -> Path:
+    """Small multiples of one `metric` against `x`: a panel per group (`group_runs` by `group_by`), titled by its
+    label, drawing that group as `plot_runs` does (its colour and style, its mean and range, its early rows shaded)
+    over every other group's mean in light grey, with the `baselines` in black; all panels on one x and y range. Many
+    groups that crowd one panel of `plot_runs` are read here one at a time, each against the rest. Returns the
+    path; raises as `plot_runs` does."""
+    if smooth < 1:
+        raise ValueError(f"plot_rows: smooth must be a window of >= 1 points, got {smooth}")
+    groups, logs, names, time_outs = _grouped(run_dirs, [metric], x, labels, group_by)
+    curves = {group[0]: [_curve(logs[run], x, metric, smooth) for run in group] for group in groups}
+    episodic = metric in POOLED or metric.startswith("success_rate_")
+    fig, panels, spare = _grid(len(groups), legend_width=3, size=(4, 2.8), sharex=True, sharey=True)
+    for ax, (index, group) in zip(panels, enumerate(groups)):
+        ax.plot([], [], label="the other rows", **OTHER_ROWS)  # their legend entry, once
+        for other in groups:
+            if other is not group:  # a label that starts with "_" stays out of the legend
+                _plot_group(ax, curves[other[0]], "_other", None, OTHER_ROWS, band=False)
+        if not any(len(cx) for cx, _ in curves[group[0]]):  # a clone logs no episodes
+            ax.text(0.5, 0.5, f"no {label(metric)} logged", transform=ax.transAxes, ha="center")
+        _plot_group(ax, curves[group[0]], "_" + names[group[0]], time_outs[group[0]] if episodic else None,
+                    group_style(index))  # named by the panel's title
+        _baselines(ax, baselines, metric)
+        _axis_labels(ax, x, metric, smooth, names[group[0]] + (f" (mean of {len(group)})" if len(group) > 1 else ""))
+    _legend(panels, spare)
     return save_figure(fig, out)
 
 
