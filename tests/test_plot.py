@@ -256,3 +256,6 @@ def test_small_multiples_give_each_row_a_panel_over_the_others_in_grey(runs, tmp
     assert first.get_ylim() == second.get_ylim() and first.get_xlim() == second.get_xlim()
     assert first.get_legend() is None
     assert [t.get_text() for t in second.get_legend().get_texts()] == ["the other rows", "random"]
+    clone = _logged_run(tmp_path, [{"update": u, "frames": 64 * u, "loss": 1.0} for u in (1, 2)])  # no episodes
+    plot.plot_rows([*runs, clone], tmp_path / "rows.png", labels={a1: "base", b: "lr 1e-3", clone: "clone"})
+    assert [ax.get_title() for ax in figures[1].axes] == ["base (mean of 2)", "lr 1e-3"]  # no panel for the clone

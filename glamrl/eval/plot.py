@@ -288,22 +288,24 @@ def plot_rows(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
               group_by: Callable[[Path], Hashable] = config_key) -> Path:
     """Small multiples of one `metric` against `x`: a panel per group (`group_runs` by `group_by`), titled by its
     label, drawing that group as `plot_runs` does (its colour and style, its mean and range, its early rows shaded)
-    over every other group's mean in light grey, with the `baselines` in black; all panels on one x and y range. Many
-    groups that crowd one panel of `plot_runs` are read here one at a time, each against the rest. Returns the
-    path; raises as `plot_runs` does."""
+    over every other group's mean in light grey, with the `baselines` in black; all panels on one x and y range. A
+    group with no value of `metric` (a clone logs no episodes) gets no panel. Many groups that crowd one panel of
+    `plot_runs` are read here one at a time, each against the rest. Returns the path; raises as `plot_runs` does."""
     if smooth < 1:
         raise ValueError(f"plot_rows: smooth must be a window of >= 1 points, got {smooth}")
     groups, logs, names, time_outs = _grouped(run_dirs, [metric], x, labels, group_by)
     curves = {group[0]: [_curve(logs[run], x, metric, smooth) for run in group] for group in groups}
     episodic = metric in POOLED or metric.startswith("success_rate_")
-    fig, panels, spare = _grid(len(groups), legend_width=3, size=(4, 2.8), sharex=True, sharey=True)
-    for ax, (index, group) in zip(panels, enumerate(groups)):
+    drawn = [(index, group) for index, group in enumerate(groups) if any(len(cx) for cx, _ in curves[group[0]])]
+    shown = drawn or list(enumerate(groups))[:1]  # a group without the metric (a clone's episodes) gets no panel
+    fig, panels, spare = _grid(len(shown), legend_width=3, size=(4, 2.8), sharex=True, sharey=True)
+    for ax, (index, group) in zip(panels, shown):
         ax.plot([], [], label="the other rows", **OTHER_ROWS)  # their legend entry, once
         for other in groups:
             if other is not group:  # a label that starts with "_" stays out of the legend
                 _plot_group(ax, curves[other[0]], "_other", None, OTHER_ROWS, band=False)
-        if not any(len(cx) for cx, _ in curves[group[0]]):  # a clone logs no episodes
-            ax.text(0.5, 0.5, f"no {label(metric)} logged", transform=ax.transAxes, ha="center")
+        if not drawn:
+            ax.text(0.5, 0.5, f"no {label(metric)} logged yet", transform=ax.transAxes, ha="center")
         _plot_group(ax, curves[group[0]], "_" + names[group[0]], time_outs[group[0]] if episodic else None,
                     group_style(index))  # named by the panel's title
         _baselines(ax, baselines, metric)
