@@ -215,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "success rates and mean returns and lengths pooled over the rows' episodes")
     pl.add_argument("--x", choices=("frames", "minutes"), default=None,
                     help="the x axis: frames (default), or minutes of training (log.csv's duration)")
+    pl.add_argument("--rows", action="store_true",
+                    help="one panel per group of runs (seeds together), each over the others in grey, for one "
+                         "metric (default: success_rate): many groups read apart")
     pl.add_argument("--probes", action="store_true", help="draw the run's probes.csv (pi(a | probe)) instead")
     pl.add_argument("--overwrite", action="store_true", help="replace an --out that glamrl did not write")
 
@@ -523,10 +526,12 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
-    from glamrl.eval.plot import DEFAULT_METRICS, SUFFIXES, plot_runs
+    from glamrl.eval.plot import DEFAULT_METRICS, SUFFIXES, plot_rows, plot_runs
 
     if args.probes:
-        refuse(args, ("metrics", "smooth", "x"), "with --probes, which draws probes.csv, not log.csv")
+        refuse(args, ("metrics", "smooth", "x", "rows"), "with --probes, which draws probes.csv, not log.csv")
+    if args.rows and args.metrics and len(args.metrics) > 1:
+        raise FlagError(f"--rows draws one metric, got --metrics {','.join(args.metrics)}")
     if args.probes and len(args.runs) > 1:  # one plot per run, in its directory
         outs = [RunDir(run).probes_plot for run in args.runs]
     else:
@@ -539,8 +544,12 @@ def cmd_plot(args: argparse.Namespace) -> None:
         for run, out in zip(args.runs, outs):
             print(plot_probes(run, out))
         return
-    print(plot_runs(args.runs, args.out, x=args.x or "frames", metrics=args.metrics or DEFAULT_METRICS,
-                    smooth=args.smooth or 1))
+    if args.rows:
+        print(plot_rows(args.runs, args.out, x=args.x or "frames", metric=(args.metrics or DEFAULT_METRICS)[0],
+                        smooth=args.smooth or 1))
+    else:
+        print(plot_runs(args.runs, args.out, x=args.x or "frames", metrics=args.metrics or DEFAULT_METRICS,
+                        smooth=args.smooth or 1))
 
 
 class Terminated(KeyboardInterrupt):

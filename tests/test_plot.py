@@ -259,3 +259,16 @@ def test_small_multiples_give_each_row_a_panel_over_the_others_in_grey(runs, tmp
     clone = _logged_run(tmp_path, [{"update": u, "frames": 64 * u, "loss": 1.0} for u in (1, 2)])  # no episodes
     plot.plot_rows([*runs, clone], tmp_path / "rows.png", labels={a1: "base", b: "lr 1e-3", clone: "clone"})
     assert [ax.get_title() for ax in figures[1].axes] == ["base (mean of 2)", "lr 1e-3"]  # no panel for the clone
+
+
+def test_plot_command_draws_rows_apart_for_one_metric(runs, tmp_path, monkeypatch, capsys):
+    figures = _drawn(monkeypatch)
+    assert main(["plot", *map(str, runs), "--rows", "--metrics", "return_mean", "--out", str(tmp_path / "r.png")]) == 0
+    titles = [ax.get_title() for ax in figures[0].axes]
+    assert len(titles) == 2 and titles[0].endswith("a_s1, a_s2 (mean of 2)") and titles[1].endswith("b_lr")
+    assert all(ax.get_ylabel() == "return_mean" for ax in figures[0].axes)
+    assert main(["plot", *map(str, runs), "--rows", "--metrics", "return_mean,success_rate"]) == 2
+    assert capsys.readouterr().err.strip() == ("glamrl: error: --rows draws one metric, got --metrics "
+                                               "return_mean,success_rate")
+    assert main(["plot", str(runs[0]), "--probes", "--rows"]) == 2
+    assert "--rows cannot apply with --probes" in capsys.readouterr().err

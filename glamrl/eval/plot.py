@@ -216,6 +216,7 @@ def _baselines(ax: plt.Axes, baselines: dict[str, dict[str, float]] | None, metr
 
 
 def _axis_labels(ax: plt.Axes, x: str, metric: str, smooth: int, title: str) -> None:
+    """The panel's title, its axes' labels (the y one naming the smoothing) and a light grid."""
     ax.set(xlabel="wall-clock minutes" if x == "minutes" else label(x), title=title,
            ylabel=metric if smooth == 1 else f"{metric} (moving average of {smooth})")
     ax.grid(alpha=0.3)
