@@ -115,6 +115,12 @@ POOLED = ("success_rate", "return_mean", "num_frames_mean")
 """Means over the episodes that ended in a row: smoothed as pooled over the window's episodes (`row_episodes`)."""
 
 
+def episodic(metric: str) -> bool:
+    """Whether `metric` is a mean over a row's ended episodes (`POOLED`, or a task kind's success), so that its
+    first rows, before `first_time_out`, read high."""
+    return metric in POOLED or metric.startswith("success_rate_")
+
+
 def row_episodes(rows: list[dict[str, float]], metric: str) -> np.ndarray | None:
     """(rows,) how many episodes each row's value of `metric` is a mean over: the rows' share of the cumulative
     `episodes` for `POOLED`, `ended_TASK` for `success_rate_TASK`; None for other metrics, or a log without
@@ -270,10 +276,9 @@ def plot_runs(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
     groups, logs, names, time_outs = _grouped(run_dirs, metrics, x, labels, group_by)
     fig, panels, spare = _grid(len(metrics), legend_width=4, sharex=True)
     for ax, metric in zip(panels, metrics):
-        episodic = metric in POOLED or metric.startswith("success_rate_")
         for index, group in enumerate(groups):
             _plot_group(ax, [_curve(logs[run], x, metric, smooth) for run in group], names[group[0]],
-                        time_outs[group[0]] if episodic else None, group_style(index))
+                        time_outs[group[0]] if episodic(metric) else None, group_style(index))
         _baselines(ax, baselines, metric)
         _axis_labels(ax, x, metric, smooth, label(metric))
     _legend(panels, spare)
@@ -296,7 +301,6 @@ def plot_rows(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
         raise ValueError(f"plot_rows: smooth must be a window of >= 1 points, got {smooth}")
     groups, logs, names, time_outs = _grouped(run_dirs, [metric], x, labels, group_by)
     curves = {group[0]: [_curve(logs[run], x, metric, smooth) for run in group] for group in groups}
-    episodic = metric in POOLED or metric.startswith("success_rate_")
     drawn = [(index, group) for index, group in enumerate(groups) if any(len(cx) for cx, _ in curves[group[0]])]
     shown = drawn or list(enumerate(groups))[:1]  # a group without the metric (a clone's episodes) gets no panel
     fig, panels, spare = _grid(len(shown), legend_width=3, size=(4, 2.8), sharex=True, sharey=True)
@@ -307,7 +311,7 @@ def plot_rows(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike, x: 
                 _plot_group(ax, curves[other[0]], "_other", None, OTHER_ROWS, band=False)
         if not drawn:
             ax.text(0.5, 0.5, f"no {label(metric)} logged yet", transform=ax.transAxes, ha="center")
-        _plot_group(ax, curves[group[0]], "_" + names[group[0]], time_outs[group[0]] if episodic else None,
+        _plot_group(ax, curves[group[0]], "_" + names[group[0]], time_outs[group[0]] if episodic(metric) else None,
                     group_style(index))  # named by the panel's title
         _baselines(ax, baselines, metric)
         _axis_labels(ax, x, metric, smooth, names[group[0]] + (f" (mean of {len(group)})" if len(group) > 1 else ""))
