@@ -260,6 +260,11 @@ class PPOConfig:
     """frames collected per env per update (GLAM's frames_per_proc)."""
     lr: float = 1e-6
     """Adam learning rate."""
+    anneal_lr: bool = False
+    """decay the learning rates (ppo.lr, ppo.value_lr) linearly to 0 at ppo.total_frames, as CleanRL's ppo.py does
+    by default: each update's rates are the set ones times 1 - frames collected before it / ppo.total_frames, so a
+    resumed run continues the schedule and a run stopped earlier (run.max_minutes) ends above 0. false: constant
+    (GLAM)."""
     adam_beta1: float = 0.9
     """Adam's first-moment decay, in [0, 1)."""
     adam_beta2: float = 0.999

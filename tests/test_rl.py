@@ -204,3 +204,37 @@ def test_value_lr_gives_the_value_head_its_own_group_and_value_norm_resumes(tmp_
           say=lambda _: None)
     restored = RunDir(run).load_checkpoint().extra["value_norm"]
     assert restored["weight"].item() == pytest.approx(0.75)  # restored, then one more
+
+
+def test_set_learning_rates_constant_or_linear_to_zero_in_frames():
+    from glamrl.trainers.ppo import set_learning_rates
+
+    w, v = torch.zeros(2, requires_grad=True), torch.zeros(1, requires_grad=True)
+    optimizer = torch.optim.Adam([{"params": [w], "lr": 1e-4}, {"params": [v], "lr": 1e-2}])
+    for frames in (0, 300, 999):
+        assert set_learning_rates(optimizer, [1e-4, 1e-2], PPOConfig(total_frames=1000), frames) == 1e-4
+        assert [g["lr"] for g in optimizer.param_groups] == [1e-4, 1e-2]
+    annealed = PPOConfig(total_frames=1000, anneal_lr=True)
+    for frames, scale in ((0, 1.0), (250, 0.75), (900, 0.1)):
+        assert set_learning_rates(optimizer, [1e-4, 1e-2], annealed, frames) == pytest.approx(1e-4 * scale)
+        assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([1e-4 * scale, 1e-2 * scale])
+
+
+def test_anneal_lr_logs_each_update_rate_and_a_resume_continues_from_the_configured_rates(tmp_path):
+    from glamrl.config import load_train_config
+    from glamrl.trainers.ppo import train_ppo
+
+    torch.set_num_threads(1)
+    tiny = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "model.name=tiny-llama", "model.device=cpu",
+            "prompt.nbr_obs=1", "ppo.num_steps=8", "ppo.minibatch_size=16", "ppo.epochs=1", "ppo.lr=1e-3",
+            "ppo.value_lr=1e-2", "ppo.anneal_lr=true", "run.eval_episodes=0", "run.tensorboard=false"]
+    run = tmp_path / "run"  # 32 frames per update: 2 updates over 64 frames, then 2 more to 128 on resume
+    train_ppo(load_train_config(None, [*tiny, "ppo.total_frames=64"]), run, progress=False, say=lambda _: None)
+    train_ppo(load_train_config(None, [*tiny, "ppo.total_frames=128"]), run, resume=True, progress=False,
+              say=lambda _: None)
+    # the schedule of each invocation's total: 1 - 0/64, 1 - 32/64, then 1 - 64/128, 1 - 96/128 (from the configured
+    # 1e-3, not from the restored optimizer's last rate, which would give 0.25 and 0.125)
+    rates = [row["learning_rate"] for row in RunDir(run).read_log()]
+    assert rates == pytest.approx([1e-3, 5e-4, 5e-4, 2.5e-4])
+    groups = RunDir(run).load_checkpoint().optimizer["param_groups"]
+    assert [g["lr"] for g in groups] == pytest.approx([2.5e-4, 2.5e-3])  # the value head's group too

@@ -89,6 +89,8 @@ LOG_METRICS: dict[str, Metric] = {m.name: m for m in (
                                                         "(rank 0; VmRSS)"),
     Metric("peak_rss_gb", "charts", "peak resident memory (GB)", "the most the training process's resident set has "
                                                                   "been so far, in GB (rank 0; VmHWM)"),
+    Metric("learning_rate", "charts", "learning rate", "PPO: the update's `ppo.lr` (lowered at each update by "
+                                                       "`ppo.anneal_lr`)"),
     Metric("collect_FPS", "charts", "collection frames per second", "PPO: frames per second while collecting"),
     Metric("update_FPS", "charts", "update frames per second", "PPO: frames per second while optimising"),
     Metric("trunk_hit_rate", "charts", "trunk cache hit rate", "PPO with `model.train_layers`: share of the "

@@ -66,6 +66,8 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
     # weights at every step: 0.55 GB for SmolLM2, the update's largest transient); FSDP's DTensor shards: foreach
     optimizer = torch.optim.Adam(parameter_groups(policy, p), betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps,
                                  fused=not sharding.is_sharded(policy))
+    # the configured rates, which ppo.anneal_lr scales (a restored optimizer holds its last update's lowered ones)
+    set_lrs = [group["lr"] for group in optimizer.param_groups]
     value_norm = make_value_normalizer(p)  # the identity unless ppo.value_norm
     agent = make_agent(cfg, policy, envs)
     mirror = Mirror(mirror_input, mirror_actions(agent.action_names)) if p.mirror_coef > 0 else None
@@ -96,6 +98,7 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
     while frames < p.total_frames and not stop:  # in frames: a resumed run may have another number of ranks
         update_start = time.time()
         finished = []
+        learning_rate = set_learning_rates(optimizer, set_lrs, p, frames)  # ppo.anneal_lr: lower at each update
 
         # ---- 1. collect T steps in N envs (with model.train_layers, the frozen trunk's output is kept),
         # then V(last observation) for the bootstrap; a sharded policy acts on its gathered weights
@@ -168,6 +171,7 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
             "update": update, "frames": frames, "episodes": episodes,
             "FPS": frames_per_update / (collect_time + update_time), "duration": time.time() - start_time,
             "collect_FPS": frames_per_update / collect_time, "update_FPS": frames_per_update / update_time,
+            "learning_rate": learning_rate,
             **episode_stats(finished, per_task),
             **dict(zip(terms, losses.tolist())),
             "explained_variance": explained,
@@ -269,6 +273,16 @@ def diverged(policy: ActorCriticNetwork, batch: Batch, action_names: tuple[str, 
         finite = all(bool(torch.isfinite(w).all()) for w in params) and bool(
             torch.isfinite(out.log_probs).all() and torch.isfinite(out.values).all())
     return distributed.average(torch.tensor([0.0 if finite else 1.0], dtype=torch.float64)).item() > 0
+
+
+def set_learning_rates(optimizer: torch.optim.Optimizer, set_lrs: list[float], p: PPOConfig, frames: int) -> float:
+    """Set each parameter group's learning rate for the update that starts after `frames` frames: its configured
+    rate `set_lrs`, times 1 - frames / ppo.total_frames with ppo.anneal_lr (CleanRL's linear schedule, counted in
+    frames, so that it does not depend on the number of envs or ranks). Returns ppo.lr's rate, for the log."""
+    scale = 1 - frames / p.total_frames if p.anneal_lr else 1.0
+    for group, lr in zip(optimizer.param_groups, set_lrs, strict=True):
+        group["lr"] = lr * scale
+    return optimizer.param_groups[0]["lr"]
 
 
 def parameter_groups(policy: ActorCriticNetwork, p: PPOConfig) -> list[dict[str, Any]]:
