@@ -179,6 +179,12 @@ def test_value_normalizer_statistics_by_hand_and_round_trip():
     assert copy.stats() == norm.stats()
 
 
+TINY_PPO = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "model.name=tiny-llama", "model.device=cpu",
+            "prompt.nbr_obs=1", "ppo.num_steps=8", "ppo.minibatch_size=16", "ppo.epochs=1", "ppo.lr=1e-3",
+            "ppo.value_lr=1e-2", "run.eval_episodes=0", "run.tensorboard=false"]
+"""A tiny random Llama's PPO run: 32 frames per update, the value head at its own learning rate."""
+
+
 def test_value_lr_gives_the_value_head_its_own_group_and_value_norm_resumes(tmp_path):
     from glamrl.config import load_train_config
     from glamrl.llm.policy import LLMPolicy
@@ -192,10 +198,7 @@ def test_value_lr_gives_the_value_head_its_own_group_and_value_norm_resumes(tmp_
     assert {id(w) for w in split[1]["params"]} == head and not head & {id(w) for w in split[0]["params"]}
     assert len(split[0]["params"]) + len(split[1]["params"]) == len(plain[0]["params"])
 
-    tiny = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "model.name=tiny-llama", "model.device=cpu",
-            "prompt.nbr_obs=1", "ppo.num_steps=8", "ppo.minibatch_size=16", "ppo.epochs=1", "ppo.lr=1e-3",
-            "ppo.value_norm=true", "ppo.value_norm_decay=0.5", "ppo.value_lr=1e-2", "run.eval_episodes=0",
-            "run.tensorboard=false"]
+    tiny = [*TINY_PPO, "ppo.value_norm=true", "ppo.value_norm_decay=0.5"]
     run = tmp_path / "run"
     train_ppo(load_train_config(None, [*tiny, "ppo.total_frames=32"]), run, progress=False, say=lambda _: None)
     first = RunDir(run).load_checkpoint().extra["value_norm"]
@@ -225,9 +228,7 @@ def test_anneal_lr_logs_each_update_rate_and_a_resume_continues_from_the_configu
     from glamrl.trainers.ppo import train_ppo
 
     torch.set_num_threads(1)
-    tiny = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "model.name=tiny-llama", "model.device=cpu",
-            "prompt.nbr_obs=1", "ppo.num_steps=8", "ppo.minibatch_size=16", "ppo.epochs=1", "ppo.lr=1e-3",
-            "ppo.value_lr=1e-2", "ppo.anneal_lr=true", "run.eval_episodes=0", "run.tensorboard=false"]
+    tiny = [*TINY_PPO, "ppo.anneal_lr=true"]
     run = tmp_path / "run"  # 32 frames per update: 2 updates over 64 frames, then 2 more to 128 on resume
     train_ppo(load_train_config(None, [*tiny, "ppo.total_frames=64"]), run, progress=False, say=lambda _: None)
     train_ppo(load_train_config(None, [*tiny, "ppo.total_frames=128"]), run, resume=True, progress=False,
