@@ -19,12 +19,14 @@ loops that only sampling breaks; the BabyAI bot makes almost none.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from glamrl.demos import DemoFileError, read_demos
+from glamrl.envs.actions import ACTION_NAMES
 
 HABITS = ("repeat", "reversal", "pick_up_repeat", "cell_ahead_taken", "forward_blocked")
 """The shares `habits` returns, in the table's order."""
@@ -76,7 +78,7 @@ def share(part: int, whole: int) -> float:
 
 def report(path: Path) -> list[str]:
     """The table's rows for a records file: all its episodes, then its failed ones where there are any."""
-    played = episodes(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    played = episodes(read_demos(path, ACTION_NAMES))
     failed = [steps for steps in played if not steps[0]["success"]]
     rows = []
     for label, group, success in (("all", played, f"{1 - share(len(failed), len(played)):.3f}"),
@@ -98,7 +100,10 @@ def main(argv: list[str] | None = None) -> None:
           "| forward there |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for path in args.records:
-        print("\n".join(report(path)))
+        try:
+            print("\n".join(report(path)))
+        except DemoFileError as error:
+            parser.error(str(error))
 
 
 if __name__ == "__main__":

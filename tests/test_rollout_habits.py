@@ -5,6 +5,7 @@ import json
 import pytest
 
 from benchmarks.rollout_habits import episodes, habits, main
+from glamrl.envs.actions import ACTION_NAMES
 
 PROMPT = ("Possible action of the agent: turn left, turn right, go forward, pick up, drop, toggle \n "
           "Goal of the agent: go to the red ball \n Observation 0: {first} \n Action 0: turn left \n "
@@ -12,8 +13,8 @@ PROMPT = ("Possible action of the agent: turn left, turn right, go forward, pick
 
 
 def record(episode, step, action, latest, success, first="You see a wall 1 step forward,"):
-    return {"prompt": PROMPT.format(first=first, latest=latest), "action": action, "episode": episode, "step": step,
-            "success": success}
+    return {"prompt": PROMPT.format(first=first, latest=latest), "action": action,
+            "action_index": ACTION_NAMES.index(action), "episode": episode, "step": step, "success": success}
 
 
 FREE = "You see a wall 3 steps forward, You see a red key 1 step left and 1 step forward,"
