@@ -8,9 +8,11 @@ Per file, over consecutive decisions of each episode: how often the action repea
 turn undoes the turn before (turn left then turn right, or the reverse: a step that leaves the agent where it
 was two steps earlier), how often pick up follows pick up, and, of the decisions whose prompt's latest
 observation has a wall or an object in the cell ahead ("... 1 step forward," alone: not a door), how often the
-agent goes forward there (a step that moves nothing: the cell is taken). The same for the failed episodes
-alone, where a policy that loops shows it. On a GoTo level the goal is never in the cell ahead at a decision
-(facing it ends the episode), so going forward there is always blocked.
+agent goes forward there (a step that moves nothing: the cell is taken); and of the turns undone, how many were
+made with the goal in view (a "go to" mission's object named in the latest observation of either decision):
+a loop made in sight of the goal misreads where it is, one made out of view is a search. The same for the
+failed episodes alone, where a policy that loops shows it. On a GoTo level the goal is never in the cell ahead
+at a decision (facing it ends the episode), so going forward there is always blocked.
 
 A policy that reads one observation cannot tell a turn it just made from a first visit, so its reversals are
 loops that only sampling breaks; the BabyAI bot makes almost none.
@@ -28,7 +30,7 @@ from typing import Any
 from glamrl.demos import DemoFileError, read_demos
 from glamrl.envs.actions import ACTION_NAMES
 
-HABITS = ("repeat", "reversal", "pick_up_repeat", "cell_ahead_taken", "forward_blocked")
+HABITS = ("repeat", "reversal", "reversal_in_view", "pick_up_repeat", "cell_ahead_taken", "forward_blocked")
 """The shares `habits` returns, in the table's order."""
 
 OPPOSITE_TURN = {"turn left": "turn right", "turn right": "turn left"}
@@ -37,9 +39,19 @@ CELL_AHEAD_TAKEN = re.compile(r"You see an? (wall|\w+ (ball|box|key)) 1 step for
 """A wall or an object in the cell ahead, as the latest observation of a GLAM prompt says it."""
 
 
+GO_TO_GOAL = re.compile(r"Goal of the agent: go to (?:the|a) ((?:\w+ )?(?:ball|box|key|door)) \n")
+"""The object of a GoTo mission ("go to the red ball", "go to a key"), as a GLAM prompt states it."""
+
+
 def latest_observation(prompt: str) -> str:
     """The last "Observation k:" of a GLAM prompt (the one the agent acts on)."""
     return prompt.rsplit("Observation", 1)[-1]
+
+
+def goal_in_view(prompt: str) -> bool | None:
+    """Whether the latest observation names the GoTo mission's object; None where the mission is not "go to"."""
+    goal = GO_TO_GOAL.search(prompt)
+    return None if goal is None else f" {goal.group(1)} " in latest_observation(prompt).replace(",", " ")
 
 
 def episodes(records: Iterable[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -52,22 +64,27 @@ def episodes(records: Iterable[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 def habits(played: list[list[dict[str, Any]]]) -> dict[str, float]:
     """The habits of `episodes(...)` as shares (nan where nothing is counted): repeats, reversals and pick-up
-    repeats among pairs of consecutive actions, blocked forward steps among decisions with the cell ahead taken."""
-    pairs = repeats = reversals = pickups = taken = blocked = 0
+    repeats among pairs of consecutive actions, reversals with the goal in view among the reversals of "go to"
+    missions, blocked forward steps among decisions with the cell ahead taken."""
+    pairs = repeats = reversals = go_to_reversals = in_view = pickups = taken = blocked = 0
     for steps in played:
-        actions = [r["action"] for r in steps]
-        for before, after in zip(actions, actions[1:]):
+        for before, after in zip(steps, steps[1:]):
             pairs += 1
-            repeats += before == after
-            reversals += OPPOSITE_TURN.get(before) == after
-            pickups += before == after == "pick up"
+            repeats += before["action"] == after["action"]
+            pickups += before["action"] == after["action"] == "pick up"
+            if OPPOSITE_TURN.get(before["action"]) == after["action"]:
+                reversals += 1
+                seen = [goal_in_view(r["prompt"]) for r in (before, after)]
+                go_to_reversals += None not in seen
+                in_view += None not in seen and any(seen)
         for record in steps:
             if CELL_AHEAD_TAKEN.search(latest_observation(record["prompt"])):
                 taken += 1
                 blocked += record["action"] == "go forward"
     steps = sum(len(s) for s in played)
     return {"episodes": len(played), "steps": steps, "repeat": share(repeats, pairs),
-            "reversal": share(reversals, pairs), "pick_up_repeat": share(pickups, pairs),
+            "reversal": share(reversals, pairs), "reversal_in_view": share(in_view, go_to_reversals),
+            "pick_up_repeat": share(pickups, pairs),
             "cell_ahead_taken": share(taken, steps),
             "forward_blocked": share(blocked, taken)}
 
@@ -96,9 +113,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if missing := [str(path) for path in args.records if not path.is_file()]:
         parser.error(f"no such records file: {', '.join(missing)}")
-    print("| records | episodes | n | success | steps | repeat | turn reversal | pick-up repeat | cell ahead taken "
-          "| forward there |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| records | episodes | n | success | steps | repeat | turn reversal | of which goal in view | pick-up repeat "
+          "| cell ahead taken | forward there |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for path in args.records:
         try:
             print("\n".join(report(path)))

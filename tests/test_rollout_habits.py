@@ -45,13 +45,30 @@ def test_habits_counted_by_hand():
     assert empty["episodes"] == 0 and all(empty[k] != empty[k] for k in ("repeat", "forward_blocked"))  # nan
 
 
+def test_turns_undone_in_sight_of_the_goal_counted_by_hand():
+    ball = "You see a wall 2 steps left, You see a red ball 3 steps forward,"
+    key = "You see a red key 2 steps right,"
+    pick_up = record(2, 0, "turn left", ball, False)
+    pick_up["prompt"] = pick_up["prompt"].replace("go to the red ball", "pick up the red ball")
+    played = episodes([
+        record(0, 0, "turn left", key, False), record(0, 1, "turn right", ball, False),  # the ball seen second
+        record(1, 0, "turn right", key, False), record(1, 1, "turn left", FREE, False),  # no ball: a search
+        record(1, 2, "go forward", ball, False),
+        pick_up, {**pick_up, "step": 1, "action": "turn right"},  # not a GoTo mission: not counted
+    ])
+    h = habits(played)
+    assert h["reversal"] == pytest.approx(3 / 4)  # 4 pairs: L-R, R-L, L-F, L-R
+    assert h["reversal_in_view"] == pytest.approx(1 / 2)
+    assert habits([played[1]])["reversal_in_view"] == 0 and habits([played[2]])["reversal_in_view"] != 0.0  # nan
+
+
 def test_main_prints_all_and_failed_rows_and_refuses_a_missing_file(tmp_path, capsys):
     path = tmp_path / "rollouts.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
     main([str(path)])
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| rollouts")]
-    assert rows == ["| rollouts.jsonl | all | 2 | 0.500 | 3.5 | 0.400 | 0.200 | 0.200 | 0.429 | 0.333 |",
-                    "| rollouts.jsonl | failed | 1 | 0 | 4.0 | 0.333 | 0.333 | 0.000 | 0.750 | 0.333 |"]
+    assert rows == ["| rollouts.jsonl | all | 2 | 0.500 | 3.5 | 0.400 | 0.200 | 0.000 | 0.200 | 0.429 | 0.333 |",
+                    "| rollouts.jsonl | failed | 1 | 0 | 4.0 | 0.333 | 0.333 | 0.000 | 0.000 | 0.750 | 0.333 |"]
     with pytest.raises(SystemExit):
         main([str(tmp_path / "missing.jsonl")])
     assert "no such records file" in capsys.readouterr().err
