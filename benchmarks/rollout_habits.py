@@ -10,8 +10,9 @@ was two steps earlier), how often pick up follows pick up, and, of the decisions
 observation has a wall or an object in the cell ahead ("... 1 step forward," alone: not a door), how often the
 agent goes forward there (a step that moves nothing: the cell is taken); and of the turns undone, how many were
 made with the goal in view (a "go to" mission's object named in the latest observation of either decision):
-a loop made in sight of the goal misreads where it is, one made out of view is a search. The same for the
-failed episodes alone, where a policy that loops shows it. On a GoTo level the goal is never in the cell ahead
+a loop made in sight of the goal misreads where it is, one made out of view is a search; and of the decisions
+with the goal straight ahead ("N steps forward", no side) and the cell ahead free, how often the agent goes
+forward (the bot always does). The same for the failed episodes alone, where a policy that loops shows it. On a GoTo level the goal is never in the cell ahead
 at a decision (facing it ends the episode), so going forward there is always blocked.
 
 A policy that reads one observation cannot tell a turn it just made from a first visit, so its reversals are
@@ -30,7 +31,8 @@ from typing import Any
 from glamrl.demos import DemoFileError, read_demos
 from glamrl.envs.actions import ACTION_NAMES
 
-HABITS = ("repeat", "reversal", "reversal_in_view", "pick_up_repeat", "cell_ahead_taken", "forward_blocked")
+HABITS = ("repeat", "reversal", "reversal_in_view", "pick_up_repeat", "cell_ahead_taken", "forward_blocked",
+          "forward_to_goal")
 """The shares `habits` returns, in the table's order."""
 
 OPPOSITE_TURN = {"turn left": "turn right", "turn right": "turn left"}
@@ -48,10 +50,19 @@ def latest_observation(prompt: str) -> str:
     return prompt.rsplit("Observation", 1)[-1]
 
 
-def goal_in_view(prompt: str) -> bool | None:
-    """Whether the latest observation names the GoTo mission's object; None where the mission is not "go to"."""
+def goal_place(prompt: str) -> str | None:
+    """Where the latest observation places the GoTo mission's object ("2 steps right and 1 step forward"; the first
+    one named, for "go to a key"): "" out of view, None where the mission is not "go to"."""
     goal = GO_TO_GOAL.search(prompt)
-    return None if goal is None else f" {goal.group(1)} " in latest_observation(prompt).replace(",", " ")
+    if goal is None:
+        return None
+    seen = re.search(rf"You see an? (?:\w+ )?{goal.group(1)} ([^,]*),", latest_observation(prompt))
+    return seen.group(1) if seen else ""
+
+
+def straight_ahead(place: str | None) -> bool:
+    """A `goal_place` on the agent's line of sight."""
+    return bool(place) and "left" not in place and "right" not in place
 
 
 def episodes(records: Iterable[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -65,8 +76,9 @@ def episodes(records: Iterable[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 def habits(played: list[list[dict[str, Any]]]) -> dict[str, float]:
     """The habits of `episodes(...)` as shares (nan where nothing is counted): repeats, reversals and pick-up
     repeats among pairs of consecutive actions, reversals with the goal in view among the reversals of "go to"
-    missions, blocked forward steps among decisions with the cell ahead taken."""
-    pairs = repeats = reversals = go_to_reversals = in_view = pickups = taken = blocked = 0
+    missions, blocked forward steps among decisions with the cell ahead taken, forward steps among decisions with
+    the goal straight ahead and the cell ahead free."""
+    pairs = repeats = reversals = go_to_reversals = in_view = pickups = taken = blocked = ahead = to_goal = 0
     for steps in played:
         for before, after in zip(steps, steps[1:]):
             pairs += 1
@@ -74,19 +86,23 @@ def habits(played: list[list[dict[str, Any]]]) -> dict[str, float]:
             pickups += before["action"] == after["action"] == "pick up"
             if OPPOSITE_TURN.get(before["action"]) == after["action"]:
                 reversals += 1
-                seen = [goal_in_view(r["prompt"]) for r in (before, after)]
-                go_to_reversals += None not in seen
-                in_view += None not in seen and any(seen)
+                places = [goal_place(r["prompt"]) for r in (before, after)]
+                go_to_reversals += None not in places
+                in_view += None not in places and any(places)
         for record in steps:
+            forward = record["action"] == "go forward"
             if CELL_AHEAD_TAKEN.search(latest_observation(record["prompt"])):
                 taken += 1
-                blocked += record["action"] == "go forward"
+                blocked += forward
+            elif straight_ahead(goal_place(record["prompt"])):
+                ahead += 1
+                to_goal += forward
     steps = sum(len(s) for s in played)
     return {"episodes": len(played), "steps": steps, "repeat": share(repeats, pairs),
             "reversal": share(reversals, pairs), "reversal_in_view": share(in_view, go_to_reversals),
             "pick_up_repeat": share(pickups, pairs),
             "cell_ahead_taken": share(taken, steps),
-            "forward_blocked": share(blocked, taken)}
+            "forward_blocked": share(blocked, taken), "forward_to_goal": share(to_goal, ahead)}
 
 
 def share(part: int, whole: int) -> float:
@@ -114,8 +130,8 @@ def main(argv: list[str] | None = None) -> None:
     if missing := [str(path) for path in args.records if not path.is_file()]:
         parser.error(f"no such records file: {', '.join(missing)}")
     print("| records | episodes | n | success | steps | repeat | turn reversal | of which goal in view | pick-up repeat "
-          "| cell ahead taken | forward there |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| cell ahead taken | forward there | goal straight ahead: forward |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for path in args.records:
         try:
             print("\n".join(report(path)))

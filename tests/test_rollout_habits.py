@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from benchmarks.rollout_habits import episodes, habits, main
+from benchmarks.rollout_habits import episodes, goal_place, habits, main
 from glamrl.envs.actions import ACTION_NAMES
 
 PROMPT = ("Possible action of the agent: turn left, turn right, go forward, pick up, drop, toggle \n "
@@ -45,7 +45,7 @@ def test_habits_counted_by_hand():
     assert empty["episodes"] == 0 and all(empty[k] != empty[k] for k in ("repeat", "forward_blocked"))  # nan
 
 
-def test_turns_undone_in_sight_of_the_goal_counted_by_hand():
+def test_the_goal_in_sight_counted_by_hand():
     ball = "You see a wall 2 steps left, You see a red ball 3 steps forward,"
     key = "You see a red key 2 steps right,"
     pick_up = record(2, 0, "turn left", ball, False)
@@ -54,12 +54,19 @@ def test_turns_undone_in_sight_of_the_goal_counted_by_hand():
         record(0, 0, "turn left", key, False), record(0, 1, "turn right", ball, False),  # the ball seen second
         record(1, 0, "turn right", key, False), record(1, 1, "turn left", FREE, False),  # no ball: a search
         record(1, 2, "go forward", ball, False),
+        record(1, 3, "turn left", "You see a grey box 1 step forward, You see a red ball 3 steps forward,", False),
         pick_up, {**pick_up, "step": 1, "action": "turn right"},  # not a GoTo mission: not counted
+        record(3, 0, "go forward", "You see a red ball 1 step left and 2 steps forward,", False),  # to one side
     ])
     h = habits(played)
-    assert h["reversal"] == pytest.approx(3 / 4)  # 4 pairs: L-R, R-L, L-F, L-R
-    assert h["reversal_in_view"] == pytest.approx(1 / 2)
+    assert h["reversal"] == pytest.approx(3 / 5)  # 5 pairs: L-R, R-L, L-F, F-L, L-R
+    assert h["reversal_in_view"] == pytest.approx(1 / 2)  # of the two GoTo reversals, episode 0's
     assert habits([played[1]])["reversal_in_view"] == 0 and habits([played[2]])["reversal_in_view"] != 0.0  # nan
+    # the ball straight ahead with the cell ahead free: episode 0's step 1 (turned) and episode 1's step 2 (forward);
+    # not behind the box, not to one side, not in a pick-up mission
+    assert h["forward_to_goal"] == pytest.approx(1 / 2)
+    assert goal_place(played[3][0]["prompt"]) == "1 step left and 2 steps forward"
+    assert goal_place(played[0][0]["prompt"]) == "" and goal_place(pick_up["prompt"]) is None
 
 
 def test_main_prints_all_and_failed_rows_and_refuses_a_missing_file(tmp_path, capsys):
@@ -67,8 +74,8 @@ def test_main_prints_all_and_failed_rows_and_refuses_a_missing_file(tmp_path, ca
     path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
     main([str(path)])
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| rollouts")]
-    assert rows == ["| rollouts.jsonl | all | 2 | 0.500 | 3.5 | 0.400 | 0.200 | 0.000 | 0.200 | 0.429 | 0.333 |",
-                    "| rollouts.jsonl | failed | 1 | 0 | 4.0 | 0.333 | 0.333 | 0.000 | 0.000 | 0.750 | 0.333 |"]
+    assert rows == ["| rollouts.jsonl | all | 2 | 0.500 | 3.5 | 0.400 | 0.200 | 0.000 | 0.200 | 0.429 | 0.333 | 1.000 |",
+                    "| rollouts.jsonl | failed | 1 | 0 | 4.0 | 0.333 | 0.333 | 0.000 | 0.000 | 0.750 | 0.333 | nan |"]
     with pytest.raises(SystemExit):
         main([str(tmp_path / "missing.jsonl")])
     assert "no such records file" in capsys.readouterr().err
