@@ -6,14 +6,14 @@
 
 Per file, over consecutive decisions of each episode: how often the action repeats the one before, how often a
 turn undoes the turn before (turn left then turn right, or the reverse: a step that leaves the agent where it
-was two steps earlier), how often pick up follows pick up, and, of the decisions whose prompt's latest
+was two steps earlier), and how often pick up follows pick up. Of the turns undone, how many were made with the
+goal in view (a "go to" mission's object named in the latest observation of either decision): a loop made in
+sight of the goal misreads where it is, one made out of view is a search. Of the decisions whose prompt's latest
 observation has a wall or an object in the cell ahead ("... 1 step forward," alone: not a door), how often the
-agent goes forward there (a step that moves nothing: the cell is taken); and of the turns undone, how many were
-made with the goal in view (a "go to" mission's object named in the latest observation of either decision):
-a loop made in sight of the goal misreads where it is, one made out of view is a search; and of the decisions
-with the goal straight ahead ("N steps forward", no side) and the cell ahead free, how often the agent goes
-forward (the bot always does). The same for the failed episodes alone, where a policy that loops shows it. On a GoTo level the goal is never in the cell ahead
-at a decision (facing it ends the episode), so going forward there is always blocked.
+agent goes forward there (a step that moves nothing: the cell is taken); on a GoTo level the goal is never in the
+cell ahead at a decision (facing it ends the episode), so going forward there is always blocked. Of the
+decisions with the goal straight ahead ("N steps forward", no side) and the cell ahead free, how often the agent
+goes forward (the bot always does). The same for the failed episodes alone, where a policy that loops shows it.
 
 A policy that reads one observation cannot tell a turn it just made from a first visit, so its reversals are
 loops that only sampling breaks; the BabyAI bot makes almost none.
@@ -80,23 +80,23 @@ def habits(played: list[list[dict[str, Any]]]) -> dict[str, float]:
     the goal straight ahead and the cell ahead free."""
     pairs = repeats = reversals = go_to_reversals = in_view = pickups = taken = blocked = ahead = to_goal = 0
     for steps in played:
-        for before, after in zip(steps, steps[1:]):
+        actions = [r["action"] for r in steps]
+        places = [goal_place(r["prompt"]) for r in steps]
+        for i, (before, after) in enumerate(zip(actions, actions[1:])):
             pairs += 1
-            repeats += before["action"] == after["action"]
-            pickups += before["action"] == after["action"] == "pick up"
-            if OPPOSITE_TURN.get(before["action"]) == after["action"]:
+            repeats += before == after
+            pickups += before == after == "pick up"
+            if OPPOSITE_TURN.get(before) == after:
                 reversals += 1
-                places = [goal_place(r["prompt"]) for r in (before, after)]
-                go_to_reversals += None not in places
-                in_view += None not in places and any(places)
-        for record in steps:
-            forward = record["action"] == "go forward"
+                go_to_reversals += None not in places[i:i + 2]
+                in_view += None not in places[i:i + 2] and any(places[i:i + 2])
+        for record, action, place in zip(steps, actions, places):
             if CELL_AHEAD_TAKEN.search(latest_observation(record["prompt"])):
                 taken += 1
-                blocked += forward
-            elif straight_ahead(goal_place(record["prompt"])):
+                blocked += action == "go forward"
+            elif straight_ahead(place):
                 ahead += 1
-                to_goal += forward
+                to_goal += action == "go forward"
     steps = sum(len(s) for s in played)
     return {"episodes": len(played), "steps": steps, "repeat": share(repeats, pairs),
             "reversal": share(reversals, pairs), "reversal_in_view": share(in_view, go_to_reversals),
@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if missing := [str(path) for path in args.records if not path.is_file()]:
         parser.error(f"no such records file: {', '.join(missing)}")
-    print("| records | episodes | n | success | steps | repeat | turn reversal | of which goal in view | pick-up repeat "
-          "| cell ahead taken | forward there | goal straight ahead: forward |")
+    print("| records | episodes | n | success | steps | repeat | turn reversal | of which goal in view "
+          "| pick-up repeat | cell ahead taken | forward there | goal straight ahead: forward |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for path in args.records:
         try:
