@@ -129,7 +129,7 @@ def profile_level(level: str, model: str, overrides: list[str]) -> None:
     reuse_freed_memory()
     cfg = level_config(level, model, overrides)
     torch.manual_seed(0)
-    policy = LLMPolicy(cfg.model)
+    policy = LLMPolicy(cfg.model, len(cfg.prompt.actions), cfg.prompt.nbr_obs)  # compiled where training compiles
     prompts, P, T = prompt_shape(policy, level, cfg)
     actions = cfg.prompt.actions
     params = [w for w in policy.parameters() if w.requires_grad]

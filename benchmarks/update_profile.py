@@ -44,6 +44,7 @@ from benchmarks.update_memory import glam_update
 from glamrl.rl.ppo import accumulate_gradients
 
 KINDS = (
+    ("fused (compiled)", ("compiledfxgraph",)),  # inductor's kernels under model.compile: norms, activations, copies
     ("optimizer", ("adam", "clip_grad", "linalg_vector_norm", "foreach")),
     ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")),
     ("attention", ("attention", "softmax", "_flash", "_efficient")),

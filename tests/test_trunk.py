@@ -202,6 +202,34 @@ def test_the_top_block_at_the_read_positions_gives_the_blocks_outputs_and_gradie
     assert top_block_tail_matches(model)
 
 
+@pytest.mark.parametrize("additive", [False, True])
+def test_under_bf16_autocast_on_a_cpu_the_tail_runs_in_fp32_and_matches_the_block(additive):
+    model = _decoder("llama")
+    layer, backbone = model.model.layers[-1], model.model
+    mask, pos = _left_padded([9, 5, 7], S=9)
+    if additive:
+        mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    hidden = torch.randn(3, 9, 64, requires_grad=True)
+    rope = backbone.rotary_emb(hidden, position_ids=pos)
+    runs = {"fp32 block": lambda: layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=pos),
+            "bf16 block": lambda: layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=pos),
+            "bf16 tail": lambda: top_block_tail(layer, hidden, mask, rope, start=6)}
+    out, grads = {}, {}
+    for name, run in runs.items():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name != "fp32 block"):
+            y = run()[:, -3:]
+        y.float().sum().backward()
+        out[name], grads[name] = y.detach(), hidden.grad.clone()
+        hidden.grad = None
+    assert out["bf16 tail"].dtype == out["bf16 block"].dtype  # the block's own output dtype under autocast
+    # fp32 rows: closer to the fp32 block than the bf16 block is (only the keys and values carry bf16 rounding)
+    tail_error = (out["bf16 tail"].float() - out["fp32 block"]).abs().max()
+    assert tail_error < (out["bf16 block"].float() - out["fp32 block"]).abs().max()
+    torch.testing.assert_close(out["bf16 tail"].float(), out["fp32 block"], atol=5e-2, rtol=5e-2)
+    torch.testing.assert_close(grads["bf16 tail"], grads["fp32 block"], atol=5e-2, rtol=5e-2)
+    assert (grads["bf16 tail"][:, :6] != 0).any()
+
+
 def test_a_top_block_the_tail_does_not_fit_runs_at_every_position():
     model = _decoder("phi3")
     assert not top_block_tail_matches(model)

@@ -303,12 +303,22 @@ def top_block_tail(layer: nn.Module, hidden: Tensor, mask: Tensor, rope: tuple[T
     position and the queries, attention rows, output projection and MLP for the tail alone, which skips most
     of the top block's work and memory on long prompts. `mask` is the (B, 1, S, S) mask the block would get
     (bool or additive), `rope` the model's (cos, sin), each (B, S, D).
+
+    On a CPU under bf16 autocast with fp32 weights, the tail's rows run in fp32 (the keys and values stay bf16
+    until then). Their matmuls are small (B * (S - start) rows) and take new shapes with every batch, and for each
+    new shape oneDNN builds a bf16 kernel, which on an AMX CPU costs several times the matmul itself; fp32
+    matmuls go to a BLAS that builds none (docs/results.md, "Kernels built for every new shape").
     """
     x = layer.input_layernorm(hidden)                                             # (B, S, H)
     cos, sin = rope
     k, v = _keys_values(layer.self_attn, x, cos, sin)                             # (B, Hkv, S, D) each
-    return _block_at(layer, hidden[:, start:], x[:, start:], k, v, mask[:, :, start:], cos[:, start:],
-                     sin[:, start:])
+    rows = (hidden[:, start:], x[:, start:], k, v, mask[:, :, start:], cos[:, start:], sin[:, start:])
+    if not (hidden.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+            and layer.self_attn.q_proj.weight.dtype == torch.float32):
+        return _block_at(layer, *rows)                                            # (B, S - start, H)
+    with torch.autocast("cpu", enabled=False):
+        tail = _block_at(layer, *(t if t.dtype == torch.bool else t.float() for t in rows))
+    return tail.to(hidden.dtype)                                                  # (B, S - start, H)
 
 
 def _keys_values(attn: nn.Module, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
