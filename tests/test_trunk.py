@@ -174,16 +174,22 @@ def _left_padded(lengths: list[int], S: int) -> tuple[torch.Tensor, torch.Tensor
     return visible[:, None], (real.long().cumsum(-1) - 1).clamp(min=0)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3"])
-@pytest.mark.parametrize("additive", [False, True])
-def test_the_top_block_at_the_read_positions_gives_the_blocks_outputs_and_gradients(family, additive):
-    model = _decoder(family)
+def _top_block_case(model, additive: bool):
+    """The top block of `model`, its input (3, 9, 64) with gradients, a left-padded mask (bool or additive),
+    the rotary (cos, sin) and the positions."""
     layer, backbone = model.model.layers[-1], model.model
     mask, pos = _left_padded([9, 5, 7], S=9)
     if additive:
         mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
     hidden = torch.randn(3, 9, 64, requires_grad=True)
-    rope = backbone.rotary_emb(hidden, position_ids=pos)
+    return layer, hidden, mask, backbone.rotary_emb(hidden, position_ids=pos), pos
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("additive", [False, True])
+def test_the_top_block_at_the_read_positions_gives_the_blocks_outputs_and_gradients(family, additive):
+    model = _decoder(family)
+    layer, hidden, mask, rope, pos = _top_block_case(model, additive)
     grads = []
     for run in (lambda: layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=pos)[:, 6:],
                 lambda: top_block_tail(layer, hidden, mask, rope, start=6)):
@@ -204,13 +210,7 @@ def test_the_top_block_at_the_read_positions_gives_the_blocks_outputs_and_gradie
 
 @pytest.mark.parametrize("additive", [False, True])
 def test_under_bf16_autocast_on_a_cpu_the_tail_runs_in_fp32_and_matches_the_block(additive):
-    model = _decoder("llama")
-    layer, backbone = model.model.layers[-1], model.model
-    mask, pos = _left_padded([9, 5, 7], S=9)
-    if additive:
-        mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
-    hidden = torch.randn(3, 9, 64, requires_grad=True)
-    rope = backbone.rotary_emb(hidden, position_ids=pos)
+    layer, hidden, mask, rope, pos = _top_block_case(_decoder("llama"), additive)
     runs = {"fp32 block": lambda: layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=pos),
             "bf16 block": lambda: layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=pos),
             "bf16 tail": lambda: top_block_tail(layer, hidden, mask, rope, start=6)}
