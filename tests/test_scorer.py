@@ -239,3 +239,52 @@ def test_attention_kernels_record_nothing_without_sdpa(one_thread):
     with torch.inference_mode(), attention_kernels() as kernels:
         scorer(PROMPTS, ACTIONS)
     assert kernels == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_target_log_probs_match_autograd_of_the_plain_formula(dtype, normalize):
+    """The fused log-softmax at the targets (rows through fp32 a chunk at a time, its own backward) gives the
+    values and gradients of the plain formula under autograd, over rows that do not fill the last chunk."""
+    from glamrl.llm.scorer import _ROWS, _TargetLogProbs
+    generator = torch.Generator().manual_seed(0)
+    N, V = 2 * _ROWS + 7, 301
+    logits = (3 * torch.randn(N, V, generator=generator)).to(dtype)             # (N, V)
+    targets = torch.randint(0, V, (N,), generator=generator)                     # (N,)
+    weights = torch.randn(N, generator=generator)                                # (N,) any loss of the scores
+
+    def run(fused: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        x = logits.clone().requires_grad_(True)
+        if fused:
+            picked = _TargetLogProbs.apply(x, targets, normalize)
+        else:
+            full = x.float()
+            picked = full.gather(-1, targets[:, None]).squeeze(-1)
+            picked = picked - full.logsumexp(-1) if normalize else picked
+        (picked * weights).sum().backward()
+        return picked.detach(), x.grad
+
+    (fused, fused_grad), (plain, plain_grad) = run(True), run(False)
+    assert fused.dtype == torch.float32 and fused_grad.dtype == dtype
+    torch.testing.assert_close(fused, plain, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(fused_grad, plain_grad, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
+@pytest.mark.parametrize("score", ["log_softmax", "sum_logits"])
+def test_gradients_match_the_naive_reference(name, score):
+    """The scorer's gradients (bucketed prompts, one LM head over every group) are those of the full-sequence
+    reference, for both scores."""
+    scorer = _scorer(name, batching="bucketed", score=score)
+    weights = torch.linspace(-1.0, 2.0, len(PROMPTS) * len(ACTIONS)).view(len(PROMPTS), len(ACTIONS))
+
+    def grads(scores) -> dict[str, torch.Tensor]:
+        scorer.model.zero_grad(set_to_none=True)
+        (scores() * weights).sum().backward()
+        return {n: p.grad.clone() for n, p in scorer.model.named_parameters() if p.grad is not None}
+
+    fast = grads(lambda: scorer(PROMPTS, ACTIONS).log_likelihoods)
+    naive = grads(lambda: reference_log_likelihoods(scorer, PROMPTS, ACTIONS))
+    assert fast.keys() == naive.keys() and len(fast) > 0
+    for key, grad in naive.items():
+        torch.testing.assert_close(fast[key], grad, atol=1e-5, rtol=1e-4, msg=key)

@@ -59,6 +59,43 @@ class _PackedActions:
     visible: Tensor     # (T, T) bool, token i may attend to token j (same action, j <= i)
 
 
+class _TargetLogProbs(torch.autograd.Function):
+    """Each row's logit at its target id, minus the row's logsumexp where `normalize` (log-softmax at the
+    target): (N, V) logits, (N,) ids, bool -> (N,) fp32.
+
+    The same numbers as `logits.float().gather(...) - logits.float().logsumexp(-1)` under autograd, which keeps
+    an fp32 copy of the logits and makes several (N, V) temporaries in its backward: with a 49k vocabulary
+    those passes over memory cost the LM head several times its matmul. Here the rows go through fp32
+    `_ROWS` at a time, and the backward writes the logits' gradient, exp(logit - logsumexp) * -g plus g at the
+    target, in one pass.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, targets: Tensor, normalize: bool) -> Tensor:
+        picked = logits.gather(-1, targets[:, None]).squeeze(-1).float()         # (N,)
+        lse = torch.cat([rows.float().logsumexp(-1) for rows in logits.split(_ROWS)]) if normalize else None
+        ctx.save_for_backward(logits, targets, lse)
+        return picked - lse if normalize else picked                              # (N,)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        logits, targets, lse = ctx.saved_tensors
+        out = torch.empty_like(logits)                                            # (N, V) in the logits' dtype
+        for start in range(0, logits.shape[0], _ROWS):
+            rows = slice(start, start + _ROWS)
+            g = grad[rows, None].float()                                          # (n, 1)
+            if lse is None:
+                d = torch.zeros(g.shape[0], logits.shape[1], device=g.device)     # (n, V)
+            else:
+                d = (logits[rows].float() - lse[rows, None]).exp_().mul_(-g)     # (n, V) -g softmax
+            out[rows] = d.scatter_add_(1, targets[rows, None], g)
+        return out, None, None
+
+
+_ROWS = 64
+"""Rows of logits that `_TargetLogProbs` holds in fp32 at a time."""
+
+
 class ActionScorer:
     """log p(action text | prompt) for a batch of prompts and a list of candidate actions.
 
@@ -101,17 +138,21 @@ class ActionScorer:
         extra = 0 if packed is None or self.is_seq2seq else packed.targets.numel()  # action tokens per row
         groups = self.batches([len(ids) + extra for ids in token_ids])
         cache_actions = None if actions is None or self.is_seq2seq else tuple(actions)
-        lls, hiddens = [], []
+        outputs, hiddens = [], []
         for rows in groups:
             ids, mask, lengths = self._pad([token_ids[i] for i in rows])          # (b, P), (b, P), (b,) on the host
             keys = [(prompts[i], cache_actions) for i in rows]
             forward = self._seq2seq_forward if self.is_seq2seq else self._causal_forward
-            logits, hidden = forward(ids, mask, lengths, packed, keys)
+            output, hidden = forward(ids, mask, lengths, packed, keys)
+            outputs.append(output)
             hiddens.append(hidden)
-            if packed is not None:
-                lls.append(self._log_likelihoods(logits, packed))
         inverse = to_device(torch.tensor([i for rows in groups for i in rows]).argsort(), self.device)  # (B,)
-        ll = torch.cat(lls)[inverse] if packed is not None else None            # (B, A)
+        if packed is None:
+            return Scores(log_likelihoods=None, hidden=torch.cat(hiddens)[inverse])
+        # causal: one LM head over every group's states (one cast of its weight, one matmul shape per batch)
+        output = torch.cat(outputs)                                               # (B, T, H) or (B, T, V)
+        logits = output if self.is_seq2seq else self.model.get_output_embeddings()(output)  # (B, T, V)
+        ll = self._log_likelihoods(logits, packed)[inverse]                       # (B, A)
         return Scores(log_likelihoods=ll, hidden=torch.cat(hiddens)[inverse])
 
     def batches(self, lengths: Sequence[int]) -> list[list[int]]:
@@ -132,10 +173,10 @@ class ActionScorer:
     def _log_likelihoods(self, logits: Tensor, packed: _PackedActions) -> Tensor:
         """(b, T, V) logits at the action tokens -> (b, A) summed (or mean) log-probs (or raw logits) of each
         action."""
-        logits = logits.float()
-        token_ll = logits.gather(-1, packed.targets.expand(logits.shape[0], -1).unsqueeze(-1)).squeeze(-1)  # (b, T)
-        if self.score == "log_softmax":
-            token_ll = token_ll - logits.logsumexp(-1)                            # (b, T) log-softmax at targets
+        b, T, V = logits.shape
+        targets = packed.targets.expand(b, T).reshape(-1)                          # (b T,)
+        token_ll = _TargetLogProbs.apply(logits.reshape(b * T, V), targets,
+                                         self.score == "log_softmax").view(b, T)  # (b, T) fp32
         n_actions = packed.lengths.numel()
         ll = token_ll.new_zeros(token_ll.shape[0], n_actions).index_add(1, packed.owner, token_ll)  # (b, A)
         return ll / packed.lengths if self.normalize_by_length else ll
@@ -194,6 +235,8 @@ class ActionScorer:
     # ----------------------------------------------------------------------- forward
     def _causal_forward(self, prompt_ids: Tensor, prompt_mask: Tensor, prompt_lengths: Tensor,
                         packed: _PackedActions | None, keys: list[Hashable]) -> tuple[Tensor | None, Tensor]:
+        """The last hidden states that predict each action token, (B, T, H) (None without actions; the caller
+        runs the LM head), and the one at the last prompt token, (B, H)."""
         B, P = prompt_ids.shape
         prompt_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)             # (B, P)
         causal = torch.ones(P, P, dtype=torch.bool, device=self.device).tril()
@@ -219,11 +262,12 @@ class ActionScorer:
             return None, hidden[:, 0]
         # the token before each target predicts it: the last prompt token for an action's first token
         source = torch.where(packed.offset == 0, 0, torch.arange(T, device=self.device))  # (T,) into hidden
-        logits = self.model.get_output_embeddings()(hidden[:, source])           # (B, T, V)
-        return logits, hidden[:, 0]
+        return hidden[:, source], hidden[:, 0]                                    # (B, T, H), (B, H)
 
     def _seq2seq_forward(self, prompt_ids: Tensor, prompt_mask: Tensor, prompt_lengths: Tensor,
                          packed: _PackedActions | None, keys: list[Hashable]) -> tuple[Tensor | None, Tensor]:
+        """The logits at the action tokens, (B, T, V) (None without actions), and the decoder's first hidden
+        state, (B, H)."""
         B = prompt_ids.shape[0]
         if self.trunk is None:
             encoded = self.model.get_encoder()(input_ids=prompt_ids, attention_mask=prompt_mask.long())
