@@ -22,9 +22,9 @@ PROMPTS = [
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _policy(name: str, **kw) -> LLMPolicy:
+def _policy(name: str, train_layers: int = 1, **kw) -> LLMPolicy:
     torch.manual_seed(0)
-    return LLMPolicy(ModelConfig(name=name, device="cpu", train_layers=1, cache_dtype="float32", **kw))
+    return LLMPolicy(ModelConfig(name=name, device="cpu", train_layers=train_layers, cache_dtype="float32", **kw))
 
 
 def _outputs_and_grads(policy: LLMPolicy, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor, dict]:
@@ -35,9 +35,10 @@ def _outputs_and_grads(policy: LLMPolicy, prompts: list[str]) -> tuple[torch.Ten
     return out.log_probs.detach(), out.values.detach(), grads
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
-def test_cached_path_matches_the_full_forward_with_gradients(name):
-    policy = _policy(name)
+@pytest.mark.parametrize("name,train_layers", [("tiny-llama", 1), ("tiny-llama", 2), ("tiny-t5", 1)])
+def test_cached_path_matches_the_full_forward_with_gradients(name, train_layers):
+    """Llama with 2 trained blocks: the lower one runs as `llama_block`, the top one as its tail."""
+    policy = _policy(name, train_layers)
     trunk = policy.trunk
     policy.scorer.trunk = None  # the model's own forward, same frozen weights
     full = _outputs_and_grads(policy, PROMPTS)

@@ -96,7 +96,8 @@ class LLMPolicy(nn.Module):
         prefix_mb = 0 if compiling else config.prefix_cache_mb  # the store's path runs the frozen blocks eager
         self.trunk = FrozenTrunk(loaded.model, loaded.is_seq2seq, trained_blocks[0], DTYPES[config.cache_dtype],
                                  budget_bytes=config.trunk_cache_mb * 2**20,
-                                 prefix_budget_bytes=prefix_mb * 2**20) if trained_blocks else None
+                                 prefix_budget_bytes=prefix_mb * 2**20, module_blocks=compiling or checkpointing) \
+            if trained_blocks else None
         if self.trunk is not None and not loaded.is_seq2seq:
             self.resolved["model.train_layers"] = Resolved(str(config.train_layers), (
                 "the top block runs at the last prompt token and the action tokens only" if self.trunk.tail_exact
@@ -105,6 +106,7 @@ class LLMPolicy(nn.Module):
                 kept = self.trunk.prefixes is not None
                 why = ("new prompts run the frozen blocks after the longest prefix kept" if kept else
                        "off: model.compile runs the frozen blocks compiled whole" if compiling else
+                       "off: every block trains, so none is frozen" if not self.trunk.split else
                        "off: the blocks are not Llama's (trunk.top_block_tail)")
                 self.resolved["model.prefix_cache_mb"] = Resolved(str(config.prefix_cache_mb if kept else 0), why)
         self.compiled_blocks = compile_blocks(self.llm) if compiling else None  # its report: the compile time

@@ -14,7 +14,9 @@ Collection and update both read the lower blocks' output back from the cache dty
 they see the same numbers and PPO's ratio is 1 before the first optimiser step.
 
 Causal models' top block runs at the positions the scorer reads only (`top_block_tail`), where the
-block is Llama's (`top_block_tail_matches`, checked once per trunk); any other runs whole.
+block is Llama's (`top_block_tail_matches`, checked once per trunk); any other runs whole. The trained blocks
+below it then run as `llama_block`, the same arithmetic with an attention whose backward runs in fp32 where that
+is faster (`glamrl.llm.attention`), unless `model.compile` or gradient checkpointing wraps their modules.
 
 A new prompt often begins as an earlier one did (the action list and the mission; the first observations of an
 episode, while its window of `nbr_obs` observations fills). In a causal model those leading tokens' keys, values
@@ -36,10 +38,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 from transformers import PreTrainedModel
 
 from glamrl.errors import GlamrlError
+from glamrl.llm.attention import attention
 
 
 class TrunkError(GlamrlError, ValueError):
@@ -82,7 +84,7 @@ class FrozenTrunk:
     """
 
     def __init__(self, model: PreTrainedModel, is_seq2seq: bool, split: int, cache_dtype: torch.dtype,
-                 budget_bytes: int = 0, prefix_budget_bytes: int = 0) -> None:
+                 budget_bytes: int = 0, prefix_budget_bytes: int = 0, module_blocks: bool = False) -> None:
         self.model = model
         self.is_seq2seq = is_seq2seq
         self.split = split
@@ -93,8 +95,12 @@ class FrozenTrunk:
         self.hits = self.misses = 0
         self.tail_exact = not is_seq2seq and top_block_tail_matches(model)
         """The top block runs at the positions read only: `top_block_tail` gave the block's own output here."""
-        self.prefixes = PrefixStore(prefix_budget_bytes) if prefix_budget_bytes and self.tail_exact else None
-        """The frozen blocks' keys and values of the prompts run lately (causal Llama-like models; None: off)."""
+        self.prefixes = PrefixStore(prefix_budget_bytes) if prefix_budget_bytes and self.tail_exact and split else None
+        """The frozen blocks' keys and values of the prompts run lately (causal Llama-like models with a frozen
+        block; None: off)."""
+        self.module_blocks = module_blocks
+        """The trained blocks below the top one run as their modules (which `model.compile` compiles and gradient
+        checkpointing wraps); otherwise, where `tail_exact`, as `llama_block`."""
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -143,7 +149,10 @@ class FrozenTrunk:
         rope = backbone.rotary_emb(hidden, position_ids=pos)
         top = len(layers) - 1 if self.tail_exact else len(layers)
         for layer in layers[self.split:top]:
-            hidden = layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=pos)
+            if self.tail_exact and not self.module_blocks:
+                hidden = llama_block(layer, hidden, mask, rope)                   # (B, S, H)
+            else:
+                hidden = layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=pos)
         if self.tail_exact:
             hidden = top_block_tail(layers[-1], hidden, mask, rope, start)       # (B, S - start, H)
         else:
@@ -321,6 +330,16 @@ def top_block_tail(layer: nn.Module, hidden: Tensor, mask: Tensor, rope: tuple[T
     return tail.to(hidden.dtype)                                                  # (B, S - start, H)
 
 
+def llama_block(layer: nn.Module, hidden: Tensor, mask: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+    """A Llama-like decoder block's output at every position of `hidden` (B, S, H), (B, S, H), computed as
+    `top_block_tail` computes its rows (`_block_at`, whose attention may run its backward in fp32:
+    `glamrl.llm.attention`); `mask` (B, 1, S, S), `rope` (cos, sin) as there."""
+    x = layer.input_layernorm(hidden)                                             # (B, S, H)
+    cos, sin = rope
+    k, v = _keys_values(layer.self_attn, x, cos, sin)                             # (B, Hkv, S, D) each
+    return _block_at(layer, hidden, x, k, v, mask, cos, sin)                      # (B, S, H)
+
+
 def _keys_values(attn: nn.Module, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
     """A Llama-like attention's keys (rotated) and values, (B, Hkv, L, D) each, for its normed input `x` (B, L, H) at
     the positions of `cos`, `sin` (B, L, D)."""
@@ -343,9 +362,7 @@ def _block_at(layer: nn.Module, hidden: Tensor, x: Tensor, k: Tensor, v: Tensor,
     if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm over each head's query
         q = attn.q_norm(q)
     q = _rotate(q.transpose(1, 2), cos, sin)                                      # (B, Hq, R, D)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling,
-                                         dropout_p=attn.attention_dropout if attn.training else 0.0,
-                                         enable_gqa=q.shape[1] != k.shape[1])     # (B, Hq, R, D)
+    out = attention(q, k, v, mask, attn.scaling, attn.attention_dropout if attn.training else 0.0)  # (B, Hq, R, D)
     hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(B, R, -1))          # (B, R, H)
     return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
 
