@@ -76,3 +76,12 @@ def test_the_fp32_backward_is_chosen_on_amx_under_bf16_for_short_keys_with_a_gra
     assert not fp32_backward_pays(q, k, v, 0.0, amx=True)                         # fp32: no autocast
     with torch.autocast("cpu", dtype=torch.float16):
         assert not fp32_backward_pays(q, k, v, 0.0, amx=True)
+
+
+def test_the_benchmark_times_both_backwards_and_names_the_choice(monkeypatch, capsys):
+    from benchmarks import attention_backward
+    monkeypatch.setattr("sys.argv", ["attention_backward", "--lengths", "8", "12", "--prompts", "2", "--repeats", "1"])
+    attention_backward.main()
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert [row.split()[0] for row in rows] == ["8", "12"]
+    assert all(row.split()[-1] in ("fp32", "bf16") and row.count(" ms") == 2 for row in rows)
