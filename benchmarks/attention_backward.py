@@ -47,7 +47,7 @@ def seconds(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[40, 104, 128, 160, 192, 255, 300])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[40, 104, 128, 160, 176, 191, 192, 224, 255, 300])
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()

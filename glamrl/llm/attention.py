@@ -1,13 +1,12 @@
 """Attention for the trunk's Llama-like blocks: SDPA, with its backward in fp32 where bf16's is the slow one.
 
-On an x86 CPU with AMX, the backward of SDPA's CPU flash kernel in bf16 costs a roughly fixed time per (prompt,
-head) pair on top of its arithmetic: on a 2-core Xeon (family 6, model 167; torch 2.13), 64 prompts x 9 heads of
-104 tokens took 117 ms forward and backward where the same kernel's backward in fp32, on the bf16 forward's
-output cast up, took 53 ms; at 40 tokens 50 against 14 ms; at 192 tokens they tie and at 255 bf16 wins (195
-against 240 ms). So `attention` runs SDPA's bf16 forward and, for keys up to `FP32_BACKWARD_MAX_KEYS` on such a
-CPU, that fp32 backward (docs/results.md, "The attention's backward in fp32"). Elsewhere (a GPU, a CPU without
-AMX, where it was not measured, no bf16 autocast, no gradient, longer prompts) it is
-`F.scaled_dot_product_attention` itself.
+On an x86 CPU with AMX, the backward of SDPA's CPU flash kernel in bf16 costs a roughly fixed time per (prompt, head)
+on top of its arithmetic below 192 tokens, so there the same kernel's backward in fp32, on fp32 copies of the bf16
+forward's inputs and output, takes about half as long on short prompts; at 192 tokens bf16's time drops by a step,
+and from there on it is the faster (docs/results.md, "The attention's backward", measured on a 2-core Xeon with
+`python -m benchmarks.attention_backward`). So `attention` runs SDPA's bf16 forward and, for keys up to
+`FP32_BACKWARD_MAX_KEYS` on such a CPU, that fp32 backward. Elsewhere (a GPU, a CPU without AMX, where it was not
+measured, no bf16 autocast, no gradient, longer prompts) it is `F.scaled_dot_product_attention` itself.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ from torch.nn import functional as F
 
 from glamrl.llm.precision import cpu_flags
 
-FP32_BACKWARD_MAX_KEYS = 160
-"""The longest key sequence whose attention runs its backward in fp32 on an AMX CPU (the two tie at about 192)."""
+FP32_BACKWARD_MAX_KEYS = 191
+"""The most keys at which the attention runs its backward in fp32 on an AMX CPU (benchmarks/attention_backward.py)."""
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float, dropout_p: float = 0.0,
