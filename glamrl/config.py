@@ -140,6 +140,10 @@ class ModelConfig:
     batches that waste at most model.max_padding of their tokens on padding (same results, less compute)."""
     max_padding: float = 0.1
     """bucketed batching: largest share of a batch's tokens that may be padding."""
+    inference_batching: str | None = None
+    """model.batching for the passes without gradients (collection, evaluation); null: model.batching. With one
+    observation per prompt, collecting num_envs prompts as one padded batch ran 1.2-1.4x faster than bucketed on
+    a CPU with AMX, the update staying bucketed (docs/results.md, "One padded batch for the collection")."""
     train_layers: int | None = None
     """None or 0: every weight trains (GLAM). K: only the top K blocks, the final norm, the LM head (when not
     tied to the input embeddings) and the value/action heads train; the frozen lower blocks' outputs are
@@ -231,6 +235,8 @@ class ModelConfig:
         _check(self.batching in ("padded", "bucketed"),
                f"model.batching must be padded or bucketed, got {self.batching!r}")
         _check(0 <= self.max_padding < 1, f"model.max_padding must be in [0, 1), got {self.max_padding}")
+        _check(self.inference_batching in (None, "padded", "bucketed"),
+               f"model.inference_batching must be padded, bucketed or null, got {self.inference_batching!r}")
         _check(self.trunk_cache_mb >= 0, f"model.trunk_cache_mb must be >= 0, got {self.trunk_cache_mb}")
         _check(self.prefix_cache_mb >= 0, f"model.prefix_cache_mb must be >= 0, got {self.prefix_cache_mb}")
         _check(self.train_layers is None or self.train_layers >= 0,
@@ -612,9 +618,9 @@ class TrainConfig:
             _check(not self.model.lora and not self.model.train_layers,
                    "run.sharding=fsdp does not support model.lora or model.train_layers (their training state "
                    "is small: set run.sharding=none for DD-PPO)")
-            _check(self.model.batching == "padded",
-                   "run.sharding=fsdp needs model.batching=padded: every rank must run the same forward passes "
-                   "in the update")
+            _check(self.model.batching == "padded" and self.model.inference_batching in (None, "padded"),
+                   "run.sharding=fsdp needs model.batching=padded (and model.inference_batching padded or null): "
+                   "every rank must run the same forward passes")
 
     def _check_rollout(self) -> None:
         """PPO's rollout batch against its minibatches and the symbolic agent's sequences."""

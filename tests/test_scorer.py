@@ -141,6 +141,20 @@ def test_bucketing_bounds_padding_and_keeps_every_prompt_once():
     assert scorer.batches(lengths) == [list(range(len(lengths)))]
 
 
+def test_inference_batching_applies_to_passes_without_gradients_only():
+    scorer = _scorer("tiny-llama", batching="bucketed")
+    scorer.inference_batching = "padded"
+    lengths = [50, 12, 48, 13, 100, 45, 12]
+    assert len(scorer.batches(lengths)) == 3                                     # with gradients: bucketed
+    with torch.no_grad():
+        assert scorer.batches(lengths) == [list(range(len(lengths)))]
+    with torch.inference_mode():
+        assert scorer.batches(lengths) == [list(range(len(lengths)))]
+        padded = scorer(PROMPTS, ACTIONS).log_likelihoods
+    bucketed = scorer(PROMPTS, ACTIONS).log_likelihoods.detach()
+    torch.testing.assert_close(padded, bucketed, atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
 def test_normalisation_divides_by_token_count(name):
     plain, normalized = _scorer(name), _scorer(name, normalize=True)

@@ -112,7 +112,8 @@ class LLMPolicy(nn.Module):
         self.compiled_blocks = compile_blocks(self.llm) if compiling else None  # its report: the compile time
         self.scorer = ActionScorer(base_model(self.llm), loaded.tokenizer, loaded.is_seq2seq,
                                    normalize_by_length=config.normalize_by_length, batching=config.batching,
-                                   max_padding=config.max_padding, trunk=self.trunk, score=config.score)
+                                   max_padding=config.max_padding, trunk=self.trunk, score=config.score,
+                                   inference_batching=config.inference_batching)
         hidden_size = loaded.model.get_input_embeddings().embedding_dim
         self.value_head = ValueHead(hidden_size, STEP_FEATURES if config.critic_reads_step else 0).to(self.device)
         self.action_heads = (ActionHeads(hidden_size, num_actions).to(self.device)

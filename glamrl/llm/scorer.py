@@ -101,13 +101,15 @@ class ActionScorer:
 
     `batching="bucketed"` sorts the prompts by length and splits them into batches that waste
     at most `max_padding` of their tokens on padding; `"padded"` runs one batch padded to the
-    longest prompt. Both give the same scores. `trunk` (optional) runs the frozen lower blocks
-    once per prompt and keeps their output (see `glamrl.llm.trunk`).
+    longest prompt. Both give the same scores. `inference_batching` (optional) replaces `batching` in
+    passes without gradients. `trunk` (optional) runs the frozen lower blocks once per prompt and keeps
+    their output (see `glamrl.llm.trunk`).
     """
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, is_seq2seq: bool,
                  normalize_by_length: bool = False, batching: str = "padded", max_padding: float = 0.1,
-                 trunk: FrozenTrunk | None = None, score: str = "log_softmax") -> None:
+                 trunk: FrozenTrunk | None = None, score: str = "log_softmax",
+                 inference_batching: str | None = None) -> None:
         if score not in SCORES:
             raise ScoringError(f"score must be one of {', '.join(SCORES)}, got {score!r}")
         self.model = model
@@ -116,6 +118,7 @@ class ActionScorer:
         self.normalize_by_length = normalize_by_length
         self.score = score
         self.batching = batching
+        self.inference_batching = inference_batching
         self.max_padding = max_padding
         self.trunk = trunk
         self._packed: dict[tuple[tuple[str, ...], torch.device], _PackedActions] = {}
@@ -157,7 +160,9 @@ class ActionScorer:
 
     def batches(self, lengths: Sequence[int]) -> list[list[int]]:
         """Indices of the prompts run together, given each row's token count (prompt + packed actions)."""
-        if self.batching == "padded" or len(lengths) <= 1:
+        batching = self.inference_batching if self.inference_batching and not torch.is_grad_enabled() \
+            else self.batching
+        if batching == "padded" or len(lengths) <= 1:
             return [list(range(len(lengths)))]
         groups: list[list[int]] = []
         real = 0
