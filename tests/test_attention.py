@@ -53,6 +53,16 @@ def test_the_fp32_backward_gives_sdpas_output_and_its_gradients_closer_to_fp32(a
         assert (mine - exact).abs().max() <= (bf16 - exact).abs().max() * 1.5 + 1e-3
 
 
+@pytest.mark.parametrize("fp32_backward", [False, True])
+def test_the_kernel_recorder_sees_both_paths(fp32_backward):
+    """`attention_kernels` records the flash kernel whether SDPA picks it or the fp32-backward path calls it."""
+    from glamrl.llm.diagnostics import attention_kernels
+
+    with attention_kernels() as kernels:
+        _run(*_case(additive=False), fp32_backward=fp32_backward, autocast=True)
+    assert kernels == ["FLASH_ATTENTION"]
+
+
 def test_without_the_fp32_backward_it_is_sdpa():
     case = _case(additive=False)
     plain, plain_grads = _run(*case, fp32_backward=False, autocast=True)

@@ -29,9 +29,9 @@ def test_yaml_and_dotted_overrides(tmp_path):
         (["model.dtype=float8"], "model.dtype must be"),
         (["prompt.actions=[a, b]"], "prompt.actions must name the 6 actions"),
         (["ppo.lr"], "must look like section.field=value"),
-        (["model.inference_batching=sorted"], "model.inference_batching must be padded, bucketed or null"),
+        (["model.inference_batching=sorted"], "model.inference_batching must be auto, padded, bucketed or null"),
         (["run.sharding=fsdp", "model.batching=padded", "model.inference_batching=bucketed"],
-         "model.inference_batching padded or null"),
+         "model.inference_batching padded, auto or"),
     ],
 )
 def test_config_errors_name_the_problem(overrides, message):

@@ -79,7 +79,8 @@ def test_auto_on_a_cpu_without_fast_bf16_runs_float32_says_so_records_it_and_res
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["model"]["compute_dtype"] == "auto"  # the setting, as given
     assert saved["resolved"] == {"run.reuse_memory": "true", "run.kernel_cache": "64", "model.compute_dtype": "float32",
-                                 "model.compile": "false", "model.gradient_checkpointing": "true"}
+                                 "model.compile": "false", "model.gradient_checkpointing": "true",
+                                 "model.inference_batching": "bucketed"}
     assert RunDir(run).read_config().model.compute_dtype == "auto"
 
     result = train_ppo(load_train_config(run / "config.yaml", ["ppo.total_frames=16"]), run, resume=True,

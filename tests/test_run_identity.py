@@ -55,6 +55,25 @@ def test_a_resume_refuses_every_changed_key_and_records_the_caps_it_grows(tmp_pa
     assert state["config"]["ppo"]["total_frames"] == 16  # the checkpoint carries the grown cap, not the old one
 
 
+def test_a_resume_may_change_how_the_passes_without_gradients_are_batched(tmp_path):
+    """model.inference_batching gives the same scores up to rounding: runs saved before it existed read as null
+    (model.batching), as they ran, and a resume may set it."""
+    run, config = tmp_path / "run", tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(load_train_config(None, TINY).to_dict()))
+    assert main(["train", "--config", str(config), "--run-dir", str(run), "--no-progress", "ppo.total_frames=8"]) == 0
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["model"]["inference_batching"] == "auto" and saved["resolved"]["model.inference_batching"] == "padded"
+    del saved["model"]["inference_batching"]  # as runs saved before the field wrote it
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert RunDir(run).read_config().model.inference_batching is None
+    assert main(["train", "--run-dir", str(run), "--no-progress", "ppo.total_frames=16",
+                 "model.inference_batching=auto"]) == 0
+    assert [r["update"] for r in RunDir(run).read_log()] == [1, 2]
+    history = yaml.safe_load((run / "config_history.yaml").read_text())
+    assert sorted((h["key"], h["old"], h["new"]) for h in history) == [("model.inference_batching", None, "auto"),
+                                                                       ("ppo.total_frames", 8, 16)]
+
+
 # ------------------------------------------------------------------ 2. default run directories
 def test_default_run_directories_tell_configs_apart_but_not_their_caps():
     base = load_train_config("configs/turn_to_object.yaml")

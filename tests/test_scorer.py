@@ -155,6 +155,24 @@ def test_inference_batching_applies_to_passes_without_gradients_only():
     torch.testing.assert_close(padded, bucketed, atol=1e-5, rtol=0)
 
 
+def test_auto_inference_batching_pads_one_observation_prompts_and_follows_model_batching_otherwise():
+    from glamrl.llm.policy import LLMPolicy
+    from glamrl.llm.scorer import choose_inference_batching
+
+    assert ModelConfig().inference_batching == "auto"
+    assert choose_inference_batching("auto", "bucketed", 1)[0] == "padded"
+    assert choose_inference_batching("auto", "bucketed", 3) == (
+        "bucketed", "auto: 3 observations per prompt, so model.batching (bucketed)")
+    assert choose_inference_batching("auto", "padded", 2)[0] == "padded"
+    assert choose_inference_batching(None, "bucketed", 1) == ("bucketed", "null: model.batching (bucketed)")
+    assert choose_inference_batching("bucketed", "padded", 1) == ("bucketed", "model.inference_batching=bucketed")
+    config = ModelConfig(name="tiny-llama", device="cpu", train_layers=1, compile=False)
+    one, three = LLMPolicy(config), LLMPolicy(config, observations=3)
+    assert (one.scorer.inference_batching, three.scorer.inference_batching) == ("padded", "bucketed")
+    assert one.resolved["model.inference_batching"].value == "padded"
+    assert three.resolved["model.inference_batching"].why.startswith("auto: 3 observations")
+
+
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
 def test_normalisation_divides_by_token_count(name):
     plain, normalized = _scorer(name), _scorer(name, normalize=True)

@@ -38,7 +38,7 @@ def _outputs_and_grads(policy: LLMPolicy, prompts: list[str]) -> tuple[torch.Ten
 @pytest.mark.parametrize("name,train_layers", [("tiny-llama", 1), ("tiny-llama", 2), ("tiny-t5", 1)])
 def test_cached_path_matches_the_full_forward_with_gradients(name, train_layers):
     """Llama with 2 trained blocks: the lower one runs as `llama_block`, the top one as its tail."""
-    policy = _policy(name, train_layers)
+    policy = _policy(name, train_layers, inference_batching=None)  # the collection batched as the full pass
     trunk = policy.trunk
     policy.scorer.trunk = None  # the model's own forward, same frozen weights
     full = _outputs_and_grads(policy, PROMPTS)

@@ -22,7 +22,8 @@ from glamrl.llm.scorer import ActionScorer
 
 
 class _KernelRecorder(TorchFunctionMode):
-    """Notes the SDPA kernel torch's dispatcher picks for every scaled_dot_product_attention call."""
+    """Notes the SDPA kernel torch's dispatcher picks for every scaled_dot_product_attention call, and the CPU flash
+    kernel where `glamrl.llm.attention` calls it directly (its fp32 backward)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -32,7 +33,14 @@ class _KernelRecorder(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
             self.kernels.append(_sdpa_choice(*args, **kwargs))
+        elif func in _CPU_FLASH:
+            self.kernels.append(SDPBackend.FLASH_ATTENTION.name)
         return func(*args, **kwargs)
+
+
+_CPU_FLASH = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
+              torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default)
+"""The CPU flash kernel's forward, as `glamrl.llm.attention` calls it."""
 
 
 def _sdpa_choice(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,

@@ -35,7 +35,7 @@ from glamrl.llm.loading import load_model
 from glamrl.llm.lora import apply_lora, base_model
 from glamrl.llm.precision import DTYPES, choose_compute_dtype
 from glamrl.llm.recompute import checkpoint_blocks, choose_checkpointing
-from glamrl.llm.scorer import ActionScorer
+from glamrl.llm.scorer import ActionScorer, choose_inference_batching
 from glamrl.llm.trunk import FrozenTrunk, freeze_trunk
 
 class PolicyStateError(GlamrlError, ValueError):
@@ -74,7 +74,7 @@ class LLMPolicy(nn.Module):
 
     def __init__(self, config: ModelConfig, num_actions: int = len(ACTION_NAMES), observations: int = 1) -> None:
         """`observations`: the observations per prompt (prompt.nbr_obs), for `model.compile=auto`
-        (glamrl.llm.compiled.choose_compile)."""
+        (glamrl.llm.compiled.choose_compile) and `model.inference_batching=auto` (scorer.choose_inference_batching)."""
         super().__init__()
         loaded = load_model(config)
         self.config = config
@@ -110,10 +110,12 @@ class LLMPolicy(nn.Module):
                        "off: the blocks are not Llama's (trunk.top_block_tail)")
                 self.resolved["model.prefix_cache_mb"] = Resolved(str(config.prefix_cache_mb if kept else 0), why)
         self.compiled_blocks = compile_blocks(self.llm) if compiling else None  # its report: the compile time
+        inference_batching, why = choose_inference_batching(config.inference_batching, config.batching, observations)
+        self.resolved["model.inference_batching"] = Resolved(inference_batching, why)
         self.scorer = ActionScorer(base_model(self.llm), loaded.tokenizer, loaded.is_seq2seq,
                                    normalize_by_length=config.normalize_by_length, batching=config.batching,
                                    max_padding=config.max_padding, trunk=self.trunk, score=config.score,
-                                   inference_batching=config.inference_batching)
+                                   inference_batching=inference_batching)
         hidden_size = loaded.model.get_input_embeddings().embedding_dim
         self.value_head = ValueHead(hidden_size, STEP_FEATURES if config.critic_reads_step else 0).to(self.device)
         self.action_heads = (ActionHeads(hidden_size, num_actions).to(self.device)

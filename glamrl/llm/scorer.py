@@ -96,6 +96,19 @@ _ROWS = 64
 """Rows of logits that `_TargetLogProbs` holds in fp32 at a time."""
 
 
+def choose_inference_batching(setting: str | None, batching: str, observations: int) -> tuple[str, str]:
+    """The batching of the passes without gradients for `model.inference_batching` = `setting`, given
+    `model.batching` and the observations per prompt (prompt.nbr_obs), and why, in words."""
+    if setting == "auto":
+        if observations == 1:
+            return "padded", ("auto: one observation per prompt, so the prompts differ little in length and one "
+                              "padded batch runs faster than several small ones")
+        return batching, f"auto: {observations} observations per prompt, so model.batching ({batching})"
+    if setting is None:
+        return batching, f"null: model.batching ({batching})"
+    return setting, f"model.inference_batching={setting}"
+
+
 class ActionScorer:
     """log p(action text | prompt) for a batch of prompts and a list of candidate actions.
 
