@@ -17,8 +17,9 @@ position and every new prompt's frozen blocks whole, eager, as until 2026-12-04:
 no, `model.prefix_cache_mb=0 model.compile=false`), `tail` (the top block at the last prompt token and the
 action tokens only, `glamrl.llm.trunk.top_block_tail`, eager, as until 2026-12-06) and `after` (today's
 defaults: with one observation the prefix store, `glamrl.llm.trunk.PrefixStore`, and one padded batch per
-collection step, `model.inference_batching=auto`; with several, compiled blocks, `model.compile=auto`). The overrides given come after a variant's own settings, so they win. The results page
-keeps the 2026-12-02 run, whose `before` was `run.reuse_memory=false`.
+collection step, `model.inference_batching=auto`; with several, compiled blocks, `model.compile=auto`). The
+overrides given come after a variant's own settings, so they win. The results page keeps the 2026-12-02 run,
+whose `before` was `run.reuse_memory=false`.
 
 FLOPs per frame, as benchmarks/glam_config.py counts them (dense attention, padding not counted), with P the
 mean prompt tokens of random play on the level and T the packed action tokens, the top block counted at the

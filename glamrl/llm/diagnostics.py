@@ -21,6 +21,11 @@ from torch.overrides import TorchFunctionMode
 from glamrl.llm.scorer import ActionScorer
 
 
+_CPU_FLASH = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
+              torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default)
+"""The CPU flash kernel's forward, as `glamrl.llm.attention` calls it."""
+
+
 class _KernelRecorder(TorchFunctionMode):
     """Notes the SDPA kernel torch's dispatcher picks for every scaled_dot_product_attention call, and the CPU flash
     kernel where `glamrl.llm.attention` calls it directly (its fp32 backward)."""
@@ -36,11 +41,6 @@ class _KernelRecorder(TorchFunctionMode):
         elif func in _CPU_FLASH:
             self.kernels.append(SDPBackend.FLASH_ATTENTION.name)
         return func(*args, **kwargs)
-
-
-_CPU_FLASH = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
-              torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default)
-"""The CPU flash kernel's forward, as `glamrl.llm.attention` calls it."""
 
 
 def _sdpa_choice(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
