@@ -214,8 +214,9 @@ class ModelConfig:
     (glamrl.llm.heads.step_features), so that V can follow the reward's 1 - 0.9 x and the time-out, which a
     one-observation prompt does not show. The action scores do not read it: only V changes. The PPO update
     replays each frame's step from the rollout. Another value changes the head's shape: a run keeps its value,
-    and agent.init_from needs a run with the same. agent.kind=llm only (another kind's run refuses it, as it does
-    every model.* field); false: GLAM's V(prompt)."""
+    and agent.init_from needs a run with the same, or a clone (glamrl bc trains no value head: the run starts its
+    own). agent.kind=llm only (another kind's run refuses it, as it does every model.* field); false: GLAM's
+    V(prompt)."""
 
     def __post_init__(self) -> None:
         _check(self.score in SCORES, f"model.score must be one of {', '.join(SCORES)}, got {self.score!r}")

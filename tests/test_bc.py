@@ -9,14 +9,15 @@ import sys
 import pytest
 import torch
 
-from glamrl.agents.factory import restore_agent
+from glamrl.agents.factory import make_model, restore_agent
 from glamrl.agents.registry import AgentKindError
 from glamrl.run.dir import RunDir
 from glamrl.trainers.bc import train_bc
-from glamrl.run.checkpoint import load_checkpoint
+from glamrl.run.checkpoint import CheckpointMismatchError, load_checkpoint
 from glamrl.config import AgentConfig, ConfigError, load_train_config
 from glamrl.demos import DemoFileError, read_demos
 from glamrl.envs.actions import ACTION_NAMES
+from glamrl.llm.heads import STEP_FEATURES
 from glamrl.rollout import evaluate
 from glamrl.trainers.common import TrainerMismatchError, evaluate_policy
 from glamrl.trainers.ppo import train_ppo
@@ -80,6 +81,17 @@ def test_cloning_a_tiny_llm_beats_random_and_ppo_starts_from_it(demos, tmp_path)
     assert after.success_before >= 0.8  # PPO's first evaluation already sees the cloned policy
     with pytest.raises(TrainerMismatchError, match=f"trained by bc, not ppo: .*agent.init_from={run}"):
         train_ppo(ppo, run, resume=True, progress=False, say=lambda _: None)  # PPO cannot resume a BC run
+
+    # BC trains no value head, so a critic that reads the step count starts its own head from the clone's trunk;
+    # a PPO run's trained head is not given up that way
+    clone = RunDir(run).load_checkpoint().policy
+    reads_step = [*not_bc, "model.critic_reads_step=true"]
+    mine = make_model(load_train_config(None, [*reads_step, f"agent.init_from={run}"])).trainable_state_dict()
+    assert mine["value_head.mlp.0.weight"].shape[1] == clone["value_head.mlp.0.weight"].shape[1] + STEP_FEATURES
+    assert mine.keys() == clone.keys()
+    assert all(torch.equal(mine[k], v) for k, v in clone.items() if not k.startswith("value_head."))
+    with pytest.raises(CheckpointMismatchError, match="model.critic_reads_step=False"):
+        make_model(load_train_config(None, [*reads_step, f"agent.init_from={tmp_path / 'ppo'}"]))
 
 
 def test_bc_stops_after_the_row_past_max_minutes_and_refuses_what_it_cannot_honour(demos, tmp_path):

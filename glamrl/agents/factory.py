@@ -81,8 +81,27 @@ def make_model(cfg: TrainConfig, load_init: bool = True) -> nn.Module | None:
             raise type(err)(f"{source} cannot start this run: {err}") from None
         with restoring(source, state.config, cfg.to_dict(),
                        "give this run the values of that run, or train it from scratch without agent.init_from"):
-            model.load_trainable_state_dict(state.policy)
+            model.load_trainable_state_dict(initial_state(model, state))
     return model
+
+
+VALUE_HEAD = "value_head."
+"""The prefix of an LLM policy's value head parameters in its trainable state."""
+
+
+def initial_state(model: nn.Module, state: Checkpoint) -> dict[str, torch.Tensor]:
+    """The trainable state that `agent.init_from`'s checkpoint `state` gives `model`: all of it, except that a clone's
+    value head, which BC does not train, is left at `model`'s own initialisation where the two heads' shapes differ
+    (this run's critic reads other inputs, `model.critic_reads_step`). Any other difference is left for the load
+    to refuse."""
+    if state.trainer != "bc":
+        return state.policy
+    own = model.trainable_state_dict()
+    head = [name for name in state.policy if name.startswith(VALUE_HEAD)]
+    if all(name in own and own[name].shape == state.policy[name].shape for name in head):
+        return state.policy
+    return {**{k: v for k, v in state.policy.items() if not k.startswith(VALUE_HEAD)},
+            **{k: v for k, v in own.items() if k.startswith(VALUE_HEAD)}}
 
 
 def make_agent(cfg: TrainConfig, model: nn.Module | None, envs: SyncVectorEnv, greedy: bool = False,
