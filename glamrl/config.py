@@ -207,7 +207,8 @@ class ModelConfig:
     value_head_init: str = "default"
     """default: PyTorch's initialisation of the value head (GLAM's). standardized: after the first rollout, the
     head's first layer is rescaled to read that rollout's hidden states standardised per feature (a
-    data-dependent initialisation; the states an LLM gives its last prompt token differ little between prompts)."""
+    data-dependent initialisation; the states an LLM gives its last prompt token differ little between prompts).
+    A head that agent.init_from's PPO run trained is kept as it learned it (a clone's, never trained, is not)."""
     critic_reads_step: bool = False
     """true: the value head reads, beside the hidden state, how far the episode has gone: x = step / max_steps
     of the observation (the env's step count and the episode's limit) and sin, cos(pi x), sin, cos(2 pi x)
@@ -307,7 +308,8 @@ class PPOConfig:
     """normalise advantages per minibatch (GLAM does not)."""
     value_norm: bool = False
     """the value head predicts returns normalised by running statistics (glamrl/rl/value_norm.py); GLAM does not.
-    Advantages are computed in the returns' own units either way."""
+    Advantages are computed in the returns' own units either way. A run started from a PPO run (agent.init_from)
+    goes on with that run's statistics, the units its value head learned in."""
     value_norm_decay: float = 0.9
     """per-update decay of the value normalisation's moving averages of the returns' mean and second moment,
     in [0, 1) (debiased, so the first update's statistics are that rollout's)."""

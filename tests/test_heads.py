@@ -1,5 +1,6 @@
 """Value head and NPAE action heads, computed in the same pass as the scores; gradients reach every part."""
 
+import pytest
 import torch
 
 from glamrl.config import ModelConfig
@@ -77,12 +78,22 @@ def test_value_head_init_standardized_in_a_training_run(tmp_path):
     from glamrl.trainers.ppo import train_ppo
 
     torch.set_num_threads(1)
-    cfg = load_train_config(None, ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "model.name=tiny-llama",
-                                   "model.device=cpu", "prompt.nbr_obs=1", "ppo.num_steps=8", "ppo.minibatch_size=16",
-                                   "ppo.epochs=1", "ppo.total_frames=64", "run.eval_episodes=0",
-                                   "run.tensorboard=false", "model.value_head_init=standardized"])  # 2 updates
+    overrides = ["env.id=BabyAI-TurnToObject-v0", "env.num_envs=4", "model.name=tiny-llama", "model.device=cpu",
+                 "prompt.nbr_obs=1", "ppo.num_steps=8", "ppo.minibatch_size=16", "ppo.epochs=1", "run.eval_episodes=0",
+                 "run.tensorboard=false", "model.value_head_init=standardized", "ppo.value_norm=true"]
+    cfg = load_train_config(None, [*overrides, "ppo.total_frames=64"])  # 2 updates
     torch.manual_seed(cfg.env.seed)
     fresh = LLMPolicy(cfg.model).value_head.mlp[0].weight
-    train_ppo(cfg, tmp_path / "run", progress=False, say=lambda _: None)
-    trained = RunDir(tmp_path / "run").load_checkpoint().policy["value_head.mlp.0.weight"]
+    run = tmp_path / "run"
+    train_ppo(cfg, run, progress=False, say=lambda _: None)
+    trained = RunDir(run).load_checkpoint().policy["value_head.mlp.0.weight"]
     assert trained.abs().mean() > 3 * fresh.abs().mean()  # rescaled by 1 / (per-feature std) after rollout 1
+    # a run started from it keeps the critic it learned: one update at a negligible learning rate leaves it as it was
+    # (rescaled again, its weights would grow by another 1 / std), and its value statistics go on from the source's
+    # 2 updates (their debiasing weight 1 - decay^3, not a fresh 1 - decay)
+    cfg = load_train_config(None, [*overrides, "ppo.total_frames=32", "ppo.lr=1e-9", f"agent.init_from={run}"])
+    train_ppo(cfg, tmp_path / "next", progress=False, say=lambda _: None)
+    kept = RunDir(tmp_path / "next").load_checkpoint()
+    torch.testing.assert_close(kept.policy["value_head.mlp.0.weight"], trained, atol=1e-6, rtol=0)
+    decay = cfg.ppo.value_norm_decay
+    assert kept.extra["value_norm"]["weight"].item() == pytest.approx(1 - decay ** 3)

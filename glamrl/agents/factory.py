@@ -85,6 +85,16 @@ def make_model(cfg: TrainConfig, load_init: bool = True) -> nn.Module | None:
     return model
 
 
+def inherited_critic(run_dir: str | None) -> dict[str, object] | None:
+    """What the run `run_dir` (`agent.init_from`) keeps beside a trained value head, its checkpoint's `extra`
+    entries (the value statistics of ppo.value_norm), when it trained one: a PPO run did, a clone did not (glamrl
+    bc trains none). None: no trained critic to inherit (or no run)."""
+    if run_dir is None:
+        return None
+    _, state = read_run(Path(run_dir))
+    return None if state.trainer == "bc" else state.extra
+
+
 VALUE_HEAD = "value_head."
 """The prefix of an LLM policy's value head parameters in its trainable state."""
 

@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from glamrl.agents.base import ActorCriticNetwork
-from glamrl.agents.factory import make_agent, make_model
+from glamrl.agents.factory import inherited_critic, make_agent, make_model
 from glamrl.config import PPOConfig, TrainConfig
 from glamrl.envs.mirror import mirror_actions
 from glamrl.errors import GlamrlError
@@ -58,6 +58,8 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
     # ---- envs, model, optimizer, probes
     envs = cfg.env.make_vector_env()
     per_task = cfg.env.several_tasks  # success_rate_TASK columns too
+    # agent.init_from's PPO run gives its critic as it learned it: its value statistics, and no new initialisation
+    inherited = None if session.resumed is not None else inherited_critic(cfg.agent.init_from)
     policy = make_model(cfg, load_init=session.resumed is None)
     sharding.shard(policy, cfg.run.sharding)  # fsdp: before the optimizer, whose parameters become the ranks' shards
     params = [w for w in policy.parameters() if w.requires_grad]
@@ -66,6 +68,9 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
     # weights at every step: 0.55 GB for SmolLM2, the update's largest transient); FSDP's DTensor shards: foreach
     optimizer = torch.optim.Adam(parameter_groups(policy, p), betas=(p.adam_beta1, p.adam_beta2), eps=p.adam_eps,
                                  fused=not sharding.is_sharded(policy))
+    # model.value_head_init=standardized initialises a head that starts untrained: a new run's or a clone's
+    initialise_critic = cfg.agent.kind == "llm" and cfg.model.value_head_init == "standardized" \
+        and session.resumed is None and inherited is None
     # the configured rates, which ppo.anneal_lr scales (a restored optimizer holds its last update's lowered ones)
     set_lrs = [group["lr"] for group in optimizer.param_groups]
     value_norm = make_value_normalizer(p)  # the identity unless ppo.value_norm
@@ -78,6 +83,8 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
     update, frames, episodes, duration = session.restore(policy, optimizer)
     if session.resumed is not None:
         value_norm.restore(session.resumed.extra)
+    elif inherited is not None and "value_norm" in inherited:  # a run without ppo.value_norm kept none
+        value_norm.restore(inherited)
     sharding.replicate(policy)  # every rank from rank 0's (seeded or restored) weights
     if ranks.active:  # each rank samples its own actions and minibatches
         seed_everything(cfg.env.seed + 7919 * (update * K + ranks.rank))
@@ -102,7 +109,7 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
 
         # ---- 1. collect T steps in N envs (with model.train_layers, the frozen trunk's output is kept),
         # then V(last observation) for the bootstrap; a sharded policy acts on its gathered weights
-        standardize = update == 0 and cfg.agent.kind == "llm" and cfg.model.value_head_init == "standardized"
+        standardize = update == 0 and initialise_critic
         final_inputs = []  # with standardize: (t, envs, policy inputs) of the time-outs bootstrapped
         with sharding.gathered(policy):
             with policy.collecting():
