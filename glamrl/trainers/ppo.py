@@ -58,9 +58,9 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
     # ---- envs, model, optimizer, probes
     envs = cfg.env.make_vector_env()
     per_task = cfg.env.several_tasks  # success_rate_TASK columns too
+    policy = make_model(cfg, load_init=session.resumed is None)  # refuses an agent.init_from it cannot start from
     # agent.init_from's PPO run gives its critic as it learned it: its value statistics, and no new initialisation
     inherited = None if session.resumed is not None else inherited_critic(cfg.agent.init_from)
-    policy = make_model(cfg, load_init=session.resumed is None)
     sharding.shard(policy, cfg.run.sharding)  # fsdp: before the optimizer, whose parameters become the ranks' shards
     params = [w for w in policy.parameters() if w.requires_grad]
     device = params[0].device  # the PPO loss runs where the model computes
