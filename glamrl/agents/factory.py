@@ -69,30 +69,39 @@ def make_model(cfg: TrainConfig, load_init: bool = True) -> nn.Module | None:
 
     `load_init=False` leaves `agent.init_from` unread: a resumed run's own checkpoint holds its weights.
     """
-    kind = agent_kind(cfg.agent.kind)
-    if not kind.trains:
+    if not agent_kind(cfg.agent.kind).trains:
         return None
-    model = kind.build_model(cfg)
-    if cfg.agent.init_from and load_init:
-        source = f"agent.init_from={cfg.agent.init_from}"
-        try:
-            _, state = read_run(Path(cfg.agent.init_from), kind.name)
-        except GlamrlError as err:  # its kind, same message, naming the field that led there
-            raise type(err)(f"{source} cannot start this run: {err}") from None
-        with restoring(source, state.config, cfg.to_dict(),
+    return start_model(cfg, init_source(cfg) if load_init else None)
+
+
+def init_source(cfg: TrainConfig) -> Checkpoint | None:
+    """The last checkpoint of the run `cfg.agent.init_from` (None without one), of this run's agent kind; a run it
+    cannot start from is refused in one line that names the field."""
+    if not cfg.agent.init_from:
+        return None
+    try:
+        _, state = read_run(Path(cfg.agent.init_from), agent_kind(cfg.agent.kind).name)
+    except GlamrlError as err:  # its kind, same message, naming the field that led there
+        raise type(err)(f"agent.init_from={cfg.agent.init_from} cannot start this run: {err}") from None
+    return state
+
+
+def start_model(cfg: TrainConfig, source: Checkpoint | None) -> nn.Module:
+    """The network of `cfg.agent.kind`, a kind that trains, started from `source`, the checkpoint of
+    `agent.init_from` (`init_source`), or freshly built where `source` is None."""
+    model = agent_kind(cfg.agent.kind).build_model(cfg)
+    if source is not None:
+        with restoring(f"agent.init_from={cfg.agent.init_from}", source.config, cfg.to_dict(),
                        "give this run the values of that run, or train it from scratch without agent.init_from"):
-            model.load_trainable_state_dict(initial_state(model, state))
+            model.load_trainable_state_dict(initial_state(model, source))
     return model
 
 
-def inherited_critic(run_dir: str | None) -> dict[str, object] | None:
-    """What the run `run_dir` (`agent.init_from`) keeps beside a trained value head, its checkpoint's `extra`
-    entries (the value statistics of ppo.value_norm), when it trained one: a PPO run did, a clone did not (glamrl
-    bc trains none). None: no trained critic to inherit (or no run)."""
-    if run_dir is None:
-        return None
-    _, state = read_run(Path(run_dir))
-    return None if state.trainer == "bc" else state.extra
+def inherited_critic(source: Checkpoint | None) -> dict[str, object] | None:
+    """What `source`, the checkpoint of `agent.init_from` (`init_source`), keeps beside a trained value head, its
+    `extra` entries (the value statistics of ppo.value_norm), when its run trained one: a PPO run did, a clone did
+    not (glamrl bc trains none). None: no trained critic to inherit (or no source)."""
+    return None if source is None or source.trainer == "bc" else source.extra
 
 
 VALUE_HEAD = "value_head."

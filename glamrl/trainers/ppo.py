@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from glamrl.agents.base import ActorCriticNetwork
-from glamrl.agents.factory import inherited_critic, make_agent, make_model
+from glamrl.agents.factory import inherited_critic, init_source, make_agent, start_model
 from glamrl.config import PPOConfig, TrainConfig
 from glamrl.envs.mirror import mirror_actions
 from glamrl.errors import GlamrlError
@@ -58,9 +58,10 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
     # ---- envs, model, optimizer, probes
     envs = cfg.env.make_vector_env()
     per_task = cfg.env.several_tasks  # success_rate_TASK columns too
-    policy = make_model(cfg, load_init=session.resumed is None)  # refuses an agent.init_from it cannot start from
+    source = init_source(cfg) if session.resumed is None else None  # agent.init_from's checkpoint, read once
+    policy = start_model(cfg, source)
     # agent.init_from's PPO run gives its critic as it learned it: its value statistics, and no new initialisation
-    inherited = None if session.resumed is not None else inherited_critic(cfg.agent.init_from)
+    inherited = inherited_critic(source)
     sharding.shard(policy, cfg.run.sharding)  # fsdp: before the optimizer, whose parameters become the ranks' shards
     params = [w for w in policy.parameters() if w.requires_grad]
     device = params[0].device  # the PPO loss runs where the model computes
