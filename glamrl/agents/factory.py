@@ -1,6 +1,8 @@
 """The one place agents are built: any kind, fresh from a config or restored from a run directory.
 
     model = make_model(cfg)                      # the trainable network of cfg.agent.kind (None: random, bot)
+    source = init_source(cfg)                    # agent.init_from's checkpoint (None: none), read once
+    model = start_model(cfg, source)             # a kind that trains, started from it (PPO takes its critic too)
     agent = make_agent(cfg, model, envs)         # the agent acting in `envs` with it
     cfg, model, state = restore_model(run_dir)   # a run's trained network, exactly as training left it
     agent, cfg = restore_agent(run_dir, envs)    # a run's trained agent, its kind read from its config.yaml
