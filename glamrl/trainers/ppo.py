@@ -62,6 +62,7 @@ def train_ppo(cfg: TrainConfig, run_dir: Path, resume: bool = False, progress: b
     policy = start_model(cfg, source)
     # agent.init_from's PPO run gives its critic as it learned it: its value statistics, and no new initialisation
     inherited = inherited_critic(source)
+    del source  # its tensors (the source run's weights) are not held through the run
     sharding.shard(policy, cfg.run.sharding)  # fsdp: before the optimizer, whose parameters become the ranks' shards
     params = [w for w in policy.parameters() if w.requires_grad]
     device = params[0].device  # the PPO loss runs where the model computes
