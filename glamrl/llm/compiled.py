@@ -18,16 +18,23 @@ the action tokens stay eager (a small share of the FLOPs).
 
 `auto` compiles models of at least `AUTO_MIN_PARAMETERS` where inductor works here: its toolchain is found
 (a C++ compiler for the CPU backend, Triton for CUDA) and a one-block trial compiles and runs (once per
-process and device). With `model.train_layers` on a CPU it compiles only prompts of several observations: with
-one, the prefix store (off where blocks compile) gained more than compiling; with GLAM's 3, compiled blocks
-ran 1.21x faster than the store on GoToLocal (docs/results.md, "Before against after, in one run").
+process and device). Then it times one of the model's own blocks, compiled and eager, on the inputs the model
+gives it for a batch of `TRIAL_SHAPE` tokens (a pass without gradients, then a forward and backward pass, in the
+run's compute dtype), and keeps the faster: on an Ice Lake Xeon in fp32 compiled blocks made full fine-tuning
+1.58x slower, where elsewhere they gained 1.15-1.50x (docs/results.md). The trial costs seconds once per
+process (its compiled passes stay in inductor's cache for the model's blocks). With `model.train_layers` on a
+CPU it compiles only prompts of several observations: with one, the prefix store (off where blocks compile)
+gained more than compiling; with GLAM's 3, compiled blocks ran 1.21x faster than the store on GoToLocal
+(docs/results.md, "Before against after, in one run").
 Compiling costs seconds to minutes per kind of pass whatever the model's size, while what it saves grows with
 the model's FLOPs: the tiny test models would spend more compiling than they save.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
+import time
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +49,11 @@ TOOLCHAINS = {"cpu": "install g++ or name a C++ compiler in $CXX", "cuda": "inst
 """What inductor's backend for each device type needs, as a fix."""
 AUTO_MIN_PARAMETERS = 50_000_000
 """model.compile=auto compiles models of at least this many parameters (SmolLM2-135M has 134.5M)."""
+TRIAL_SHAPE = (4, 160)
+"""(prompts, tokens) of the batch whose block inputs `auto` times: GLAM's minibatch of 4, prompts of 3
+observations."""
+TRIAL_REPEATS = 5
+"""Timed passes per mode after the first (which compiles); the fastest of them counts."""
 
 
 class CompileError(GlamrlError, RuntimeError):
@@ -79,10 +91,11 @@ def compile_seconds() -> float:
     return torch._dynamo.utils.calculate_time_spent()["total_wall_time"]
 
 
-def choose_compile(config: ModelConfig, model: nn.Module, device: torch.device,
-                   observations: int = 1) -> tuple[bool, str]:
+def choose_compile(config: ModelConfig, model: nn.Module, device: torch.device, observations: int = 1,
+                   dtype: torch.dtype = torch.float32) -> tuple[bool, str]:
     """Whether the blocks of `model` on `device` compile for `config` (`model.compile`), and why, in words.
-    `observations`: the observations per prompt (prompt.nbr_obs), which decide `auto` for the frozen trunk on a CPU.
+    `observations`: the observations per prompt (prompt.nbr_obs), which decide `auto` for the frozen trunk on a CPU;
+    `dtype`: the compute dtype (model.compute_dtype) that `auto` times the blocks in.
 
     Raises CompileError for model.compile=true where inductor cannot compile."""
     if config.compile is False:
@@ -103,7 +116,87 @@ def choose_compile(config: ModelConfig, model: nn.Module, device: torch.device,
     problem = inductor_problem(device)
     if problem is not None:
         return False, f"auto: {problem}, so the blocks run eagerly"
-    return True, f"auto: {size / 1e6:.1f}M parameters, and inductor compiles on this {device.type.upper()}"
+    compiled_s, eager_s = time_block(model, device, dtype)
+    timing = (f"one block's passes {compiled_s * 1e3:.1f} ms compiled against {eager_s * 1e3:.1f} ms eager "
+              f"on this {device.type.upper()}")
+    if compiled_s >= eager_s:
+        return False, f"auto: {size / 1e6:.1f}M parameters, but {timing}, so the blocks run eagerly"
+    return True, f"auto: {size / 1e6:.1f}M parameters, and {timing}"
+
+
+_TIMED: dict[tuple, tuple[float, float]] = {}
+"""time_block's results in this process, by kind of block (class and size), device and dtype."""
+
+
+def time_block(model: nn.Module, device: torch.device, dtype: torch.dtype) -> tuple[float, float]:
+    """Seconds that one block of `model` takes compiled and eager (the fastest of `TRIAL_REPEATS` each): a pass
+    without gradients, then a forward and backward pass, on the inputs the model gives its second block for a
+    batch of `TRIAL_SHAPE` tokens, under autocast to `dtype`. Once per kind of block, device and dtype in a
+    process; the model's own blocks are left as they were."""
+    blocks = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    block = blocks[min(1, len(blocks) - 1)]  # a T5 stack's first block alone computes the position bias
+    key = (type(block).__qualname__, sum(p.numel() for p in block.parameters()), str(device), dtype)
+    if key not in _TIMED:
+        _TIMED[key] = _time_block(model, block, device, dtype)
+    return _TIMED[key]
+
+
+def _time_block(model: nn.Module, block: nn.Module, device: torch.device,
+                dtype: torch.dtype) -> tuple[float, float]:
+    captured = {}
+
+    def capture(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        captured.update(args=args, kwargs=kwargs)
+        raise _Captured
+
+    batch, length = TRIAL_SHAPE
+    ids = torch.randint(model.config.vocab_size, (batch, length), device=device)
+    extra = {"decoder_input_ids": ids[:, :8]} if model.config.is_encoder_decoder else {}
+    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
+    hook = block.register_forward_pre_hook(capture, with_kwargs=True)
+    try:
+        with torch.no_grad(), autocast:
+            model(input_ids=ids, attention_mask=torch.ones_like(ids), **extra)
+    except _Captured:
+        pass
+    finally:
+        hook.remove()
+    trial = copy.deepcopy(block).requires_grad_(True)  # one block's weights: the model's own stay untouched
+    # the hidden states (the first argument, or a keyword) take a gradient, as every block's above the first does
+    args, kwargs = list(captured["args"]), dict(captured["kwargs"])
+    if args:
+        args[0] = args[0].detach().requires_grad_(True)
+    else:
+        kwargs["hidden_states"] = kwargs["hidden_states"].detach().requires_grad_(True)
+
+    def passes(run: nn.Module) -> float:
+        _synchronize(device)
+        start = time.perf_counter()
+        with autocast:
+            with torch.no_grad():
+                run(*args, **kwargs)
+            out = run(*args, **kwargs)
+            (out[0] if isinstance(out, tuple) else out).float().sum().backward()
+        _synchronize(device)
+        return time.perf_counter() - start
+
+    compiled = torch.compile(trial, dynamic=True)
+    passes(compiled)  # compiles its passes (inductor's cache keeps them for the model's blocks)
+    passes(trial)
+    times = {"compiled": [], "eager": []}
+    for _ in range(TRIAL_REPEATS):  # interleaved, so that a slower moment of the machine falls on both
+        times["compiled"].append(passes(compiled))
+        times["eager"].append(passes(trial))
+    return min(times["compiled"]), min(times["eager"])
+
+
+class _Captured(Exception):
+    """Stops the trial's model pass once the timed block's inputs are captured."""
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def inductor_problem(device: torch.device) -> str | None:

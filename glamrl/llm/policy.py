@@ -83,7 +83,8 @@ class LLMPolicy(nn.Module):
         self.compute_dtype, why = choose_compute_dtype(config, loaded.device)
         # what the settings became on this machine (auto ones included): logged and kept in RUN_DIR/config.yaml
         self.resolved = {"model.compute_dtype": Resolved(str(self.compute_dtype).removeprefix("torch."), why)}
-        compiling, why = choose_compile(config, loaded.model, loaded.device, observations)  # true may refuse here
+        compiling, why = choose_compile(config, loaded.model, loaded.device, observations,  # true may refuse here
+                                        self.compute_dtype)
         self.resolved["model.compile"] = Resolved(str(compiling).lower(), why)
         checkpointing, why = choose_checkpointing(config)
         if checkpointing:
