@@ -14,7 +14,9 @@ not run it. `auto` rows resolve model.compute_dtype on the machine
 at hand (bf16 with AMX or AVX-512 BF16, else fp32: the dtype column says which); full fine-tuning
 checkpoints activations by default (model.gradient_checkpointing=auto, the ckpt column). `compiled` variants
 set model.compile=true (each block through torch.compile): their first update compiles, so the `update 1 s`
-column (the first update's wall time, not in the steady-state figures) says what compilation costs.
+column (the first update's wall time, not in the steady-state figures) says what compilation costs. Under each
+variant's row, its run's `model.compile` line: what the setting became and why (with `auto`, the timings of one
+block compiled and eager that decided it).
 
 FLOP count per frame (one decision). Notation: P prompt tokens, T action tokens packed after it
 (all candidates together, T ~ 10 for the 6 actions with SmolLM2's tokenizer), d hidden size,
@@ -165,8 +167,9 @@ def run_variant(name: str, updates: int, model: str) -> dict:
     checkpointing, _ = choose_checkpointing(cfg.model)
     bound_kernel_caches(cfg.run.kernel_cache)  # as the training session would: before this process's first bf16 matmul
     peak = matmul_flops(dtype)
+    said: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
-        train_ppo(cfg, Path(tmp) / "run", progress=False, say=lambda _: None)
+        train_ppo(cfg, Path(tmp) / "run", progress=False, say=said.append)
         peak = max(peak, matmul_flops(dtype))  # the VM's clock varies: the best of before and after training
         rows = RunDir(Path(tmp) / "run").read_log()
         first_update_s = float(rows[0]["duration"])  # with model.compile, mostly compilation
@@ -192,7 +195,9 @@ def run_variant(name: str, updates: int, model: str) -> dict:
     mean = {k: float(np.mean([float(r[k]) for r in rows])) for k in ("collect_FPS", "update_FPS", "FPS")}
     achieved = (collect_flops + update_flops) * mean["FPS"]
     executed = (collect_flops + update_flops + recompute_flops) * mean["FPS"]
+    compile_line = next((line for line in said if line.startswith("model.compile:")), "model.compile: -")
     return {"variant": name, "dtype": str(dtype).removeprefix("torch."), "checkpointing": checkpointing, **mean,
+            "compile": compile_line,
             "first_update_s": first_update_s,
             "rss_gb": rss, "rss_after_gb": peaks, "prompt_tokens": P, "action_tokens": T,
             "gflop_per_frame": (collect_flops + update_flops) / 1e9, "achieved_gflops": achieved / 1e9,
@@ -230,6 +235,7 @@ def main() -> None:
               f"{r['achieved_gflops']:>9.1f}{r['matmul_gflops']:>8.0f}{r['fraction']:>9.2f}"
               f"{r['executed_fraction']:>9.2f}{r['first_update_s']:>11.0f}{_after(r['rss_after_gb']):>26}"
               f"{r['attention_share']:>6.0%}{r['sdpa_gflops']:>6.0f}{r['ceiling']:>8.2f}", flush=True)
+        print(f"  {r['compile']}", flush=True)  # what model.compile became, and why (auto's block timings)
     print(f"GLAM's original code (lamorel), the same model and config: {GLAM_FPS} frames/s, {GLAM_RSS_GB} GB peak RSS, "
           f"measured {GLAM_MEASURED}; a ratio against it holds on that CPU only")
 
