@@ -17,6 +17,7 @@ from glamrl.config import ConfigError, ModelConfig, Resolved, load_train_config
 from glamrl.llm import compiled
 from glamrl.llm.compiled import CompileError
 from glamrl.llm.loading import load_model
+from glamrl.llm.recompute import checkpoint_blocks
 from glamrl.llm.policy import LLMPolicy
 from glamrl.trainers.ppo import train_ppo
 
@@ -94,10 +95,14 @@ def test_auto_runs_eagerly_where_the_compiled_block_times_slower_and_says_so_in_
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["resolved"]["model.compile"] == "false"
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_block_timing_runs_a_copy_of_the_model_s_block_both_ways_once_per_process(name, dtype):
+@pytest.mark.parametrize(("name", "dtype", "checkpointed"), [
+    ("tiny-llama", torch.float32, False), ("tiny-llama", torch.bfloat16, False), ("tiny-llama", torch.float32, True),
+    ("tiny-t5", torch.float32, False), ("tiny-t5", torch.bfloat16, True)])
+def test_the_block_timing_runs_a_copy_of_the_model_s_block_both_ways_once_per_process(name, dtype, checkpointed):
     loaded = load_model(ModelConfig(name=name, device="cpu"))
+    if checkpointed:  # as the update will run it: the copies recompute in their backward passes
+        checkpoint_blocks(loaded.model)
+    timed = set(compiled._TIMED)
     before = {key: value.clone() for key, value in loaded.model.state_dict().items()}
     compiled_s, eager_s = compiled.time_block(loaded.model, torch.device("cpu"), dtype)
     assert 0 < compiled_s < 1 and 0 < eager_s < 1  # the fastest of its passes, on a tiny block
@@ -106,7 +111,9 @@ def test_the_block_timing_runs_a_copy_of_the_model_s_block_both_ways_once_per_pr
     assert all(p.grad is None for p in loaded.model.parameters())  # its backward passes ran on a copy
     blocks = [m for m in loaded.model.modules() if isinstance(m, GradientCheckpointingLayer)]
     assert all(block._compiled_call_impl is None for block in blocks)  # the model's blocks stay eager
+    assert all(block.gradient_checkpointing == checkpointed for block in blocks)
     assert compiled.time_block(loaded.model, torch.device("cpu"), dtype) == (compiled_s, eager_s)  # timed once
+    assert len(set(compiled._TIMED) - timed) <= 1  # one entry per kind of block, checkpointing included
 
 
 @pytest.mark.usefixtures("large", "no_cxx")

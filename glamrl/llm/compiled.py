@@ -19,8 +19,8 @@ the action tokens stay eager (a small share of the FLOPs).
 `auto` compiles models of at least `AUTO_MIN_PARAMETERS` where inductor works here: its toolchain is found
 (a C++ compiler for the CPU backend, Triton for CUDA) and a one-block trial compiles and runs (once per
 process and device). Then it times one of the model's own blocks, compiled and eager, on the inputs the model
-gives it for a batch of `TRIAL_SHAPE` tokens (a pass without gradients, then a forward and backward pass, in the
-run's compute dtype), and keeps the faster: on an Ice Lake Xeon in fp32 compiled blocks made full fine-tuning
+gives it for a batch of `TRIAL_SHAPE` tokens (a pass without gradients, then a forward and backward pass that
+recomputes where the update checkpoints, in the run's compute dtype), and keeps the faster: on an Ice Lake Xeon in fp32 compiled blocks made full fine-tuning
 1.58x slower, where elsewhere they gained 1.15-1.50x (docs/results.md). The trial costs seconds once per
 process (its compiled passes stay in inductor's cache for the model's blocks). With `model.train_layers` on a
 CPU it compiles only prompts of several observations: with one, the prefix store (off where blocks compile)
@@ -125,17 +125,18 @@ def choose_compile(config: ModelConfig, model: nn.Module, device: torch.device, 
 
 
 _TIMED: dict[tuple, tuple[float, float]] = {}
-"""time_block's results in this process, by kind of block (class and size), device and dtype."""
+"""time_block's results in this process, by kind of block (class, size, checkpointed or not), device and dtype."""
 
 
 def time_block(model: nn.Module, device: torch.device, dtype: torch.dtype) -> tuple[float, float]:
     """Seconds that one block of `model` takes compiled and eager (the fastest of `TRIAL_REPEATS` each): a pass
-    without gradients, then a forward and backward pass, on the inputs the model gives its second block for a
-    batch of `TRIAL_SHAPE` tokens, under autocast to `dtype`. Once per kind of block, device and dtype in a
-    process; the model's own blocks are left as they were."""
+    without gradients, then a forward and backward pass (recomputing where the block checkpoints), on the inputs
+    the model gives its second block for a batch of `TRIAL_SHAPE` tokens, under autocast to `dtype`. Once per
+    kind of block, device and dtype in a process; the model's own blocks are left as they were."""
     blocks = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
     block = blocks[min(1, len(blocks) - 1)]  # a T5 stack's first block alone computes the position bias
-    key = (type(block).__qualname__, sum(p.numel() for p in block.parameters()), str(device), dtype)
+    key = (type(block).__qualname__, sum(p.numel() for p in block.parameters()), block.gradient_checkpointing,
+           str(device), dtype)
     if key not in _TIMED:
         _TIMED[key] = _time_block(model, block, device, dtype)
     return _TIMED[key]
@@ -161,7 +162,10 @@ def _time_block(model: nn.Module, block: nn.Module, device: torch.device,
         pass
     finally:
         hook.remove()
-    trial = copy.deepcopy(block).requires_grad_(True)  # one block's weights: the model's own stay untouched
+    # copies of one block (its weights, and its recomputation where model.gradient_checkpointing set it), compiled
+    # as compile_blocks compiles the model's own, which stay untouched
+    eager, compiled = (copy.deepcopy(block).requires_grad_(True) for _ in range(2))
+    compiled.compile(dynamic=True)
     # the hidden states (the first argument, or a keyword) take a gradient, as every block's above the first does
     args, kwargs = list(captured["args"]), dict(captured["kwargs"])
     if args:
@@ -180,13 +184,12 @@ def _time_block(model: nn.Module, block: nn.Module, device: torch.device,
         _synchronize(device)
         return time.perf_counter() - start
 
-    compiled = torch.compile(trial, dynamic=True)
     passes(compiled)  # compiles its passes (inductor's cache keeps them for the model's blocks)
-    passes(trial)
+    passes(eager)
     times = {"compiled": [], "eager": []}
     for _ in range(TRIAL_REPEATS):  # interleaved, so that a slower moment of the machine falls on both
         times["compiled"].append(passes(compiled))
-        times["eager"].append(passes(trial))
+        times["eager"].append(passes(eager))
     return min(times["compiled"]), min(times["eager"])
 
 

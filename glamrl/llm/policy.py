@@ -83,13 +83,13 @@ class LLMPolicy(nn.Module):
         self.compute_dtype, why = choose_compute_dtype(config, loaded.device)
         # what the settings became on this machine (auto ones included): logged and kept in RUN_DIR/config.yaml
         self.resolved = {"model.compute_dtype": Resolved(str(self.compute_dtype).removeprefix("torch."), why)}
+        checkpointing, checkpointing_why = choose_checkpointing(config)
+        if checkpointing:  # before auto's compile trial, which times a copy of a block as the update will run it
+            checkpoint_blocks(loaded.model)
         compiling, why = choose_compile(config, loaded.model, loaded.device, observations,  # true may refuse here
                                         self.compute_dtype)
         self.resolved["model.compile"] = Resolved(str(compiling).lower(), why)
-        checkpointing, why = choose_checkpointing(config)
-        if checkpointing:
-            checkpoint_blocks(loaded.model)
-        self.resolved["model.gradient_checkpointing"] = Resolved(str(checkpointing).lower(), why)
+        self.resolved["model.gradient_checkpointing"] = Resolved(str(checkpointing).lower(), checkpointing_why)
         trained_blocks = freeze_trunk(loaded.model, loaded.is_seq2seq, config.train_layers) \
             if config.train_layers else None
         self.llm = apply_lora(loaded.model, config, trained_blocks) if config.lora else loaded.model
