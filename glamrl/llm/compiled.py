@@ -20,12 +20,12 @@ the action tokens stay eager (a small share of the FLOPs).
 (a C++ compiler for the CPU backend, Triton for CUDA) and a one-block trial compiles and runs (once per
 process and device). Then it times one of the model's own blocks, compiled and eager, on the inputs the model
 gives it for a batch of `TRIAL_SHAPE` tokens (a pass without gradients, then a forward and backward pass that
-recomputes where the update checkpoints, in the run's compute dtype), and keeps the faster: on an Ice Lake Xeon in fp32 compiled blocks made full fine-tuning
-1.58x slower, where elsewhere they gained 1.15-1.50x (docs/results.md). The trial costs seconds once per
-process (its compiled passes stay in inductor's cache for the model's blocks). With `model.train_layers` on a
-CPU it compiles only prompts of several observations: with one, the prefix store (off where blocks compile)
-gained more than compiling; with GLAM's 3, compiled blocks ran 1.21x faster than the store on GoToLocal
-(docs/results.md, "Before against after, in one run").
+recomputes where the update checkpoints, in the run's compute dtype), and keeps the faster: on an Ice Lake
+Xeon in fp32 compiled blocks made full fine-tuning 1.58x slower, where elsewhere they gained 1.15-1.50x
+(docs/results.md). The trial costs seconds once per process (its compiled passes stay in inductor's cache for
+the model's blocks). With `model.train_layers` on a CPU it compiles only prompts of several observations: with
+one, the prefix store (off where blocks compile) gained more than compiling; with GLAM's 3, compiled blocks ran
+1.21x faster than the store on GoToLocal (docs/results.md, "Before against after, in one run").
 Compiling costs seconds to minutes per kind of pass whatever the model's size, while what it saves grows with
 the model's FLOPs: the tiny test models would spend more compiling than they save.
 """
