@@ -177,10 +177,11 @@ class ModelConfig:
     one line. auto: true for models of at least 50M parameters (glamrl.llm.compiled.AUTO_MIN_PARAMETERS;
     SmolLM2-135M has 134.5M, the tiny test models far fewer: compiling costs seconds whatever the size, and
     small models never earn them back) where inductor compiles here (its toolchain found and a one-block trial
-    compile run once per process) and one of the model's blocks, timed both ways, runs faster compiled (some
-    CPUs run compiled blocks slower), except with model.train_layers on a CPU and one observation per prompt
-    (prompt.nbr_obs=1: the prefix store, off where blocks compile, gains more there); false elsewhere. The choice
-    and the block's timings are logged and recorded under `resolved` in RUN_DIR/config.yaml. false: eager."""
+    compile run once per process) and one of the model's blocks, timed both ways, is not more than 1.1x slower
+    compiled (some CPUs run compiled blocks slower), except with model.train_layers on a CPU and one observation
+    per prompt (prompt.nbr_obs=1: the prefix store, off where blocks compile, gains more there); false elsewhere.
+    The choice and the block's timings are logged and recorded under `resolved` in RUN_DIR/config.yaml. false:
+    eager."""
     device: str = "auto"
     """cpu, cuda, cuda:N or auto (cuda when available)."""
     pretrained: bool = True

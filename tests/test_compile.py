@@ -95,6 +95,16 @@ def test_auto_runs_eagerly_where_the_compiled_block_times_slower_and_says_so_in_
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["resolved"]["model.compile"] == "false"
 
 
+@pytest.mark.usefixtures("large")
+@pytest.mark.parametrize(("compiled_s", "eager_s", "compiling"), [
+    (0.1088, 0.1089, True), (0.109, 0.1, True), (0.111, 0.1, False)])  # within TRIAL_MARGIN (1.1) of eager: compiled
+def test_auto_compiles_unless_the_compiled_block_is_clearly_slower(monkeypatch, compiled_s, eager_s, compiling):
+    monkeypatch.setattr(compiled, "time_block", lambda model, device, dtype: (compiled_s, eager_s))
+    policy = LLMPolicy(ModelConfig(name="tiny-llama", device="cpu"))
+    assert (policy.compiled_blocks is not None) == compiling
+    assert policy.resolved["model.compile"].value == str(compiling).lower()
+
+
 @pytest.mark.parametrize(("name", "dtype", "checkpointed"), [
     ("tiny-llama", torch.float32, False), ("tiny-llama", torch.bfloat16, False), ("tiny-llama", torch.float32, True),
     ("tiny-t5", torch.float32, False), ("tiny-t5", torch.bfloat16, True)])
